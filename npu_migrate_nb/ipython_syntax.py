@@ -1,0 +1,135 @@
+"""Mask IPython syntax (magics, shell escapes, help) so cells parse as Python; restore it byte for byte.
+
+IPython itself decides what is IPython syntax: we run its input transformer on the cell and mask
+exactly the lines it changed. Its module is loaded on its own, without the ``IPython`` package
+(whose import costs about 0.4 s and would dominate a ``check`` run).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from dataclasses import dataclass, field
+from typing import Dict, Optional
+
+# Cell magics whose body is Python that runs in the kernel: their cells are analyzed.
+PYTHON_CELL_MAGICS = frozenset(
+    {"time", "timeit", "capture", "prun", "px", "npu_distribute", "memit", "mprun", "debug", "autopx", "pypy"}
+)
+
+_MASK_TEMPLATE = "pass  # npu-migrate-nb:ipython:{number}"
+_MASK_LINE = re.compile(r"^[ \t]*pass  # npu-migrate-nb:ipython:(\d+)[ \t]*$")
+# A cheap pre-check: only cells with one of these can contain IPython syntax.
+_MAYBE_IPYTHON = re.compile(r"^[ \t]*[%!?]|[?][ \t]*$|=[ \t]*[%!]", re.MULTILINE)
+_LEADING_SPACE = re.compile(r"^[ \t]*")
+
+
+@dataclass
+class MaskedCell:
+    """A cell's source with its IPython lines replaced by ``pass`` placeholders."""
+
+    code: Optional[str]  # Python code to analyze; None when the cell is not Python at all
+    originals: Dict[int, str] = field(default_factory=dict)  # placeholder number -> original line
+    cell_magic: Optional[str] = None  # e.g. "time" for a ``%%time`` cell
+
+    @property
+    def is_python(self) -> bool:
+        return self.code is not None
+
+
+def mask(source: str) -> MaskedCell:
+    if not _MAYBE_IPYTHON.search(source):
+        return MaskedCell(source)
+    lines = source.splitlines(keepends=True)
+    originals: Dict[int, str] = {}
+    cell_magic = None
+    first = next((i for i, line in enumerate(lines) if line.strip()), None)
+    if first is not None and lines[first].startswith("%%"):
+        words = lines[first][2:].split()
+        cell_magic = words[0] if words else ""
+        if cell_magic not in PYTHON_CELL_MAGICS:
+            return MaskedCell(None, cell_magic=cell_magic)
+        _mask_line(lines, first, originals)
+    for number in _ipython_line_numbers(lines):
+        _mask_line(lines, number, originals)
+    return MaskedCell("".join(lines), originals, cell_magic)
+
+
+def unmask(code: str, masked: MaskedCell) -> str:
+    """Put the original IPython lines back in place of their placeholders."""
+    if not masked.originals:
+        return code
+    lines = code.splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        found = _MASK_LINE.match(line)
+        if found and int(found.group(1)) in masked.originals:
+            original = masked.originals[int(found.group(1))]
+            ending = line[len(line.rstrip("\r\n")):]
+            lines[i] = original if original.endswith(("\n", "\r")) or not ending else original + ending
+    return "".join(lines)
+
+
+def _mask_line(lines: list, number: int, originals: Dict[int, str]) -> None:
+    line = lines[number]
+    body = line.rstrip("\r\n")
+    ending = line[len(body):]
+    indent = _LEADING_SPACE.match(body).group(0)
+    originals[number] = line
+    lines[number] = indent + _MASK_TEMPLATE.format(number=number) + ending
+
+
+def _ipython_line_numbers(lines: list) -> list:
+    """Indices of the lines that IPython's transformer rewrites (already-masked lines excepted)."""
+    code = "".join(lines)
+    leading_blank = 0
+    for line in lines:
+        if line.strip():
+            break
+        leading_blank += 1
+    try:
+        transformed = _transformer_manager().transform_cell(code)
+    except Exception:  # IPython gives up on some broken input; fall back to the line pattern
+        transformed = None
+    if transformed is not None:
+        new_lines = [""] * leading_blank + transformed.splitlines(keepends=True)
+        if len(new_lines) == len(lines):
+            return [
+                i
+                for i, (old, new) in enumerate(zip(lines, new_lines))
+                if old.rstrip("\r\n") != new.rstrip("\r\n") and not _MASK_LINE.match(old)
+            ]
+    return [i for i, line in enumerate(lines) if _looks_like_ipython(line)]
+
+
+_LINE_PATTERN = re.compile(r"^[ \t]*([%!?]|[\w.]+[ \t]*\?{1,2}[ \t]*$|[\w.,\s]+=[ \t]*[%!])")
+
+
+def _looks_like_ipython(line: str) -> bool:
+    return bool(_LINE_PATTERN.match(line)) and not _MASK_LINE.match(line)
+
+
+_manager = None
+
+
+def _transformer_manager():
+    global _manager
+    if _manager is None:
+        _manager = _load_inputtransformer2().TransformerManager()
+    return _manager
+
+
+def _load_inputtransformer2():
+    name = "IPython.core.inputtransformer2"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.find_spec("IPython")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("IPython is required to read IPython syntax")
+    location = list(spec.submodule_search_locations)[0]
+    module_spec = importlib.util.spec_from_file_location(
+        "npu_migrate_nb._inputtransformer2", f"{location}/core/inputtransformer2.py"
+    )
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module

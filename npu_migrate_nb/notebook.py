@@ -1,0 +1,216 @@
+"""The notebook model: read a notebook or a script into cells, write changed cells back atomically.
+
+Reading parses the JSON directly (importing ``nbformat`` costs about a second for its schema
+checkers); ``nbformat`` is used only to upgrade old notebooks and to validate what we write.
+Writing keeps the original file's key order, indentation and line layout, so that every cell we
+did not change, every output and all metadata stay byte-identical.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional
+
+# A cell larger than this is not analyzed (it is almost always generated data, not code).
+MAX_CELL_CHARS = 1_000_000
+
+
+class InputError(Exception):
+    """Input that cannot be used at all: the CLI prints it on one line and exits with code 2."""
+
+    def __init__(self, path: str, message: str, cell: Optional[int] = None, line: Optional[int] = None):
+        self.path = path
+        self.message = message
+        self.cell = cell
+        self.line = line
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        where = self.path
+        if self.cell is not None:
+            where += f":cell {self.cell}"
+            if self.line is not None:
+                where += f":{self.line}"
+        return f"{where}: {self.message}"
+
+
+@dataclass
+class Cell:
+    index: int  # index into the notebook's ``cells`` list, markdown included
+    cell_type: str  # "code", "markdown" or "raw"
+    source: str
+
+
+@dataclass
+class Notebook:
+    path: str
+    cells: List[Cell]
+    language: str = "python"
+    kind: str = "notebook"  # "notebook" or "script"
+    document: Optional[Dict[str, Any]] = field(default=None, repr=False)  # the parsed JSON
+    indent: Optional[int] = 1
+    trailing_newline: bool = True
+
+    @property
+    def code_cells(self) -> List[Cell]:
+        return [cell for cell in self.cells if cell.cell_type == "code"]
+
+    @property
+    def is_python(self) -> bool:
+        return self.language.lower() in ("python", "python3", "ipython", "ipython3")
+
+
+def read_text(path: str) -> str:
+    """Read a file as UTF-8 text, refusing binary files with a clear message."""
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise InputError(path, "no such file") from None
+    except IsADirectoryError:
+        raise InputError(path, "is a directory, not a notebook or script") from None
+    except OSError as error:
+        raise InputError(path, f"cannot read: {error.strerror or error}") from None
+    if b"\x00" in data[:8192]:
+        raise InputError(path, "binary file, not a notebook or script")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise InputError(path, f"not UTF-8 text (byte {error.start})") from None
+
+
+def load(path: str) -> Notebook:
+    """Load ``path``: ``.ipynb`` as a notebook, anything else as a Python script in one cell."""
+    text = read_text(path)
+    if str(path).endswith(".ipynb"):
+        return loads_notebook(text, path)
+    return Notebook(path=str(path), cells=[Cell(0, "code", text)], kind="script", document=None)
+
+
+def loads_notebook(text: str, path: str = "<notebook>") -> Notebook:
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise InputError(path, f"invalid JSON at line {error.lineno} column {error.colno}: {error.msg}") from None
+    if not isinstance(document, dict) or not ("cells" in document or "worksheets" in document):
+        raise InputError(path, "not a Jupyter notebook (no 'cells' list)")
+    major = document.get("nbformat")
+    if major != 4:
+        document = _upgrade(document, path)
+    cells_json = document.get("cells")
+    if not isinstance(cells_json, list):
+        raise InputError(path, "not a Jupyter notebook ('cells' is not a list)")
+    cells = [_cell_from_json(index, cell_json, path) for index, cell_json in enumerate(cells_json)]
+    return Notebook(
+        path=str(path),
+        cells=cells,
+        language=_language_of(document),
+        kind="notebook",
+        document=document,
+        indent=_detect_indent(text),
+        trailing_newline=text.endswith("\n"),
+    )
+
+
+def _upgrade(document: Dict[str, Any], path: str) -> Dict[str, Any]:
+    import nbformat  # only old notebooks pay for this import
+
+    try:
+        node = nbformat.from_dict(document)
+        upgraded = nbformat.convert(node, 4)
+    except Exception as error:  # nbformat raises a variety of errors for malformed input
+        raise InputError(path, f"cannot upgrade notebook format {document.get('nbformat')!r}: {error}") from None
+    return json.loads(json.dumps(upgraded))
+
+
+def _cell_from_json(index: int, cell_json: Any, path: str) -> Cell:
+    if not isinstance(cell_json, dict) or "cell_type" not in cell_json:
+        raise InputError(path, "malformed cell (no 'cell_type')", cell=index)
+    source = cell_json.get("source", "")
+    if isinstance(source, list):
+        if not all(isinstance(part, str) for part in source):
+            raise InputError(path, "malformed cell source", cell=index)
+        source = "".join(source)
+    elif not isinstance(source, str):
+        raise InputError(path, "malformed cell source", cell=index)
+    return Cell(index, str(cell_json["cell_type"]), source)
+
+
+def _language_of(document: Mapping[str, Any]) -> str:
+    metadata = document.get("metadata") or {}
+    language_info = metadata.get("language_info") or {}
+    kernelspec = metadata.get("kernelspec") or {}
+    language = language_info.get("name") or kernelspec.get("language")
+    if not language:
+        kernel_name = str(kernelspec.get("name", ""))
+        language = "python" if (not kernel_name or "python" in kernel_name) else kernel_name
+    return str(language)
+
+
+def _detect_indent(text: str) -> Optional[int]:
+    match = re.search(r"^\{\s*?\n( +)\"", text)
+    if match:
+        return len(match.group(1))
+    return None if "\n" not in text.strip() else 1
+
+
+# ----------------------------------------------------------------------------------------- writing
+
+
+def render(notebook: Notebook, new_sources: Mapping[int, str]) -> str:
+    """The file's new text, with ``new_sources`` (cell index -> source) replacing those cells."""
+    if notebook.kind == "script":
+        return new_sources.get(0, notebook.cells[0].source)
+    document = notebook.document
+    assert document is not None
+    changed = dict(document)
+    changed["cells"] = list(document["cells"])
+    for index, source in new_sources.items():
+        cell_json = dict(changed["cells"][index])
+        cell_json["source"] = _source_in_layout(source, cell_json.get("source"))
+        changed["cells"][index] = cell_json
+    _validate(changed, notebook.path)
+    text = json.dumps(changed, indent=notebook.indent, ensure_ascii=False)
+    return text + "\n" if notebook.trailing_newline else text
+
+
+def _source_in_layout(source: str, original: Any) -> Any:
+    """Keep the original's representation: a list of lines (Jupyter's) or one string."""
+    if isinstance(original, list):
+        return source.splitlines(keepends=True)
+    return source
+
+
+def _validate(document: Dict[str, Any], path: str) -> None:
+    import nbformat
+
+    try:
+        nbformat.validate(document, version=4)
+    except nbformat.ValidationError as error:
+        raise InputError(path, f"refusing to write an invalid notebook: {error.message}") from None
+
+
+def atomic_write(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` so that readers see the old file or the new one, never a mix."""
+    target = Path(path)
+    directory = target.parent if str(target.parent) else Path(".")
+    mode = target.stat().st_mode & 0o777 if target.exists() else None
+    handle, temp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8", newline="") as stream:
+            stream.write(text)
+            stream.flush()
+            os.fsync(stream.fileno())
+        if mode is not None:
+            os.chmod(temp_name, mode)
+        os.replace(temp_name, target)
+    except BaseException:
+        try:
+            os.unlink(temp_name)
+        except FileNotFoundError:
+            pass
+        raise
