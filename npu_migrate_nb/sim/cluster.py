@@ -1,0 +1,420 @@
+"""A local simulated Ascend cluster: one ipyparallel controller and N MPI engines, engine id = rank.
+
+Lifecycle: ``Cluster(engines="mpi", n=N)`` does nothing until first use (``start()``, ``view``,
+``client``); it is then reused until ``stop()`` (or the end of a ``with`` block, or interpreter
+exit), which leaves no process behind: controller, ``mpiexec``, ``hydra_pmi_proxy`` and engines.
+
+Each engine runs :mod:`npu_migrate_nb.sim.engine`, which gives the rank its Ascend environment
+(``RANK_SIZE``, ``RANK_ID`` = MPI rank, ``ASCEND_DEVICE_ID``, ``DEVICE_ID``, ``JOB_ID``,
+``RANK_TABLE_FILE`` -> a generated rank table) and imports TensorFlow before registering.
+
+``Cluster(profile="name")`` uses an existing ipyparallel profile instead (MPI across hosts, Slurm,
+SSH...): a running cluster of that profile is connected to, otherwise one is started with the
+profile's own launchers; the ranks are then set up by a first execute, before any user code.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import weakref
+from typing import Dict, List, Optional
+
+import psutil
+
+from .engine import SETTINGS_VARIABLE
+from .rank_env import write_rank_table
+
+DEFAULT_STARTUP_TIMEOUT = 180.0
+_live_clusters: "weakref.WeakSet[Cluster]" = weakref.WeakSet()
+
+
+class ClusterError(RuntimeError):
+    """The cluster could not start (the CLI exits with code 2)."""
+
+
+def find_mpiexec() -> str:
+    """The ``mpiexec`` of the ``mpich`` wheel, next to this Python; a PATH shim costs a bash and a fork."""
+    beside_python = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    if os.access(beside_python, os.X_OK):
+        return beside_python
+    found = shutil.which("mpiexec")
+    if not found:
+        raise ClusterError("mpiexec not found: install the 'mpich' wheel (pip install 'npu-migrate-nb[sim]')")
+    return found
+
+
+class Cluster:
+    def __init__(
+        self,
+        engines: str = "mpi",
+        n: int = 2,
+        profile: Optional[str] = None,
+        tf1: bool = False,
+        seed: int = 1000,
+        startup_timeout: float = DEFAULT_STARTUP_TIMEOUT,
+    ):
+        if engines != "mpi" and profile is None:
+            raise ValueError("only MPI engines are launched locally; pass profile= for other launchers")
+        if n < 1:
+            raise ValueError("a cluster needs at least one rank")
+        self.n = n
+        self.profile = profile
+        self.tf1 = tf1
+        self.seed = seed
+        self.startup_timeout = startup_timeout
+        self.job_id = str(10000 + os.getpid() % 50000)
+        self.state_dir: Optional[str] = None
+        self.rank_table_path: Optional[str] = None
+        self.rank_pids: Dict[int, int] = {}
+        self._ipp_cluster = None
+        self._client = None
+        self._view = None
+        self._launched_pids: List[int] = []  # controller and mpiexec, our direct children
+        self._owns_processes = False
+
+    # ------------------------------------------------------------------------------- lifecycle
+
+    @property
+    def started(self) -> bool:
+        return self._client is not None
+
+    def start(self) -> "Cluster":
+        if self.started:
+            return self
+        self.state_dir = tempfile.mkdtemp(prefix="npu-sim-")
+        self.rank_table_path = write_rank_table(os.path.join(self.state_dir, "rank_table.json"), self.n)
+        _live_clusters.add(self)
+        try:
+            if self.profile:
+                self._start_from_profile()
+            else:
+                self._start_local_mpi()
+            self._learn_ranks()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """Stop every process of the cluster; safe to call twice, and after a crash."""
+        client, self._client, self._view = self._client, None, None
+        if client is not None:
+            try:
+                client.close(linger=0)
+            except Exception:
+                pass
+        if self._owns_processes:
+            self._kill_processes()
+        self._ipp_cluster = None
+        self.rank_pids = {}
+        self._launched_pids = []
+        if self.state_dir:
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+            self.state_dir = None
+
+    def __enter__(self) -> "Cluster":
+        return self.start()
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()
+
+    @property
+    def client(self):
+        self.start()
+        return self._client
+
+    @property
+    def view(self):
+        """A non-blocking DirectView on all ranks, in rank order."""
+        self.start()
+        return self._view
+
+    @property
+    def ranks(self) -> List[int]:
+        return list(range(self.n))
+
+    # ----------------------------------------------------------------------------- starting
+
+    def engine_settings(self) -> dict:
+        return {
+            "job_id": self.job_id,
+            "rank_table": self.rank_table_path,
+            "state_dir": self.state_dir,
+            "tf1": self.tf1,
+            "seed": self.seed,
+        }
+
+    def _start_local_mpi(self) -> None:
+        import ipyparallel as ipp
+        from traitlets.config import Config
+
+        config = Config()
+        config.MPIEngineSetLauncher.mpi_cmd = [find_mpiexec()]
+        config.MPIEngineSetLauncher.engine_cmd = [sys.executable, "-m", "npu_migrate_nb.sim.engine"]
+        # The nanny is one more Python process per rank; we watch the ranks ourselves.
+        config.MPIEngineSetLauncher.engine_args = [
+            "--IPEngine.enable_nanny=False",
+            f"--IPEngine.wait_for_url_file={self.startup_timeout}",
+        ]
+        cluster = self._ipp_cluster = ipp.Cluster(
+            engines="mpi",
+            n=self.n,
+            profile_dir=os.path.join(self.state_dir, "profile"),
+            cluster_id="npu-sim",
+            controller_ip="127.0.0.1",
+            # Threads instead of eight scheduler processes: much faster to start on two cores. An
+            # engine counts as registered after its first heartbeat: beat every second, not every 3 s.
+            controller_args=["--usethreads", "--HeartMonitor.period=1000"],
+            # Launch the engines at once: they import TensorFlow while the controller starts.
+            send_engines_connection_env=False,
+            shutdown_atexit=False,
+            log_level=40,
+            config=config,
+        )
+        self._owns_processes = True
+        environment = {SETTINGS_VARIABLE: json.dumps(self.engine_settings())}
+        cluster.start_controller_sync()
+        self._launched_pids.append(cluster.controller.process.pid)
+        cluster.start_engines_sync(self.n, environment=environment)
+        for engine_set in cluster.engines.values():
+            self._launched_pids.append(engine_set.process.pid)
+        self._client = self._connect(cluster)
+        self._wait_for_engines()
+
+    def _connect(self, cluster):
+        deadline = time.monotonic() + self.startup_timeout
+        while True:
+            self._fail_if_launcher_died()
+            try:
+                return cluster.connect_client_sync()
+            except (TimeoutError, FileNotFoundError):
+                if time.monotonic() > deadline:
+                    raise ClusterError(f"the ipyparallel controller did not start in {self.startup_timeout:.0f} s")
+                time.sleep(0.05)
+
+    def _wait_for_engines(self) -> None:
+        deadline = time.monotonic() + self.startup_timeout
+        while len(self._client.ids) < self.n:
+            self._fail_if_launcher_died()
+            if time.monotonic() > deadline:
+                raise ClusterError(
+                    f"only {len(self._client.ids)} of {self.n} ranks registered in {self.startup_timeout:.0f} s"
+                    + self._launcher_output_tail()
+                )
+            time.sleep(0.05)
+
+    def _fail_if_launcher_died(self) -> None:
+        for pid in self._launched_pids:
+            if not _is_alive(pid):
+                raise ClusterError("the cluster stopped while starting" + self._launcher_output_tail())
+
+    def _launcher_output_tail(self, lines: int = 15) -> str:
+        cluster = self._ipp_cluster
+        if cluster is None:
+            return ""
+        launchers = [cluster.controller] + list(cluster.engines.values())
+        text = []
+        for launcher in launchers:
+            try:
+                with open(launcher.output_file, encoding="utf-8", errors="replace") as stream:
+                    text.extend(stream.read().splitlines()[-lines:])
+            except (OSError, AttributeError, TypeError):
+                continue
+        return (":\n" + "\n".join(text)) if text else ""
+
+    def _start_from_profile(self) -> None:
+        import ipyparallel as ipp
+
+        try:
+            self._client = ipp.Client(profile=self.profile, timeout=10)
+        except (OSError, TimeoutError):
+            cluster = self._ipp_cluster = ipp.Cluster(profile=self.profile, n=self.n, shutdown_atexit=False)
+            self._owns_processes = True
+            self._client = cluster.start_and_connect_sync(n=self.n)
+            for launcher in [cluster.controller] + list(cluster.engines.values()):
+                pid = getattr(launcher, "pid", None) or getattr(getattr(launcher, "process", None), "pid", None)
+                if pid:
+                    self._launched_pids.append(pid)
+        self._wait_for_engines()
+        ids = sorted(self._client.ids)[: self.n]
+        view = self._client[ids]
+        view.apply_sync(_prepare_remote_rank, self.n, self.engine_settings())
+
+    def _learn_ranks(self) -> None:
+        ids = sorted(self._client.ids)[: self.n]
+        self._view = self._client[ids]
+        self._view.block = False
+        identities = self._view.apply_sync(_rank_identity)
+        for engine_id, (rank, pid) in zip(ids, identities):
+            if self.profile is None and rank != engine_id:
+                raise ClusterError(f"engine {engine_id} has RANK_ID {rank}: engine ids must equal MPI ranks")
+            self.rank_pids[rank] = pid
+
+    # ----------------------------------------------------------------------------- watching
+
+    def dead_ranks(self) -> Dict[int, str]:
+        """Ranks whose process is gone, with how it ended (exit code or signal) when known."""
+        dead = {}
+        for rank, pid in self.rank_pids.items():
+            ended = _how_it_ended(pid)
+            if ended is not None:
+                dead[rank] = ended
+        return dead
+
+    def collective_of(self, rank: int) -> Optional[str]:
+        """The collective ``rank`` is inside, as reported by the simulated communicator, or None."""
+        if not self.state_dir:
+            return None
+        try:
+            with open(os.path.join(self.state_dir, f"rank-{rank}.collective"), encoding="utf-8") as stream:
+                return json.load(stream).get("collective")
+        except (OSError, ValueError):
+            return None
+
+    def stack_of(self, rank: int, wait: float = 0.3) -> str:
+        """The Python stack of a busy rank (faulthandler, answers even inside a blocked MPI call)."""
+        pid = self.rank_pids.get(rank)
+        if not self.state_dir or pid is None:
+            return ""
+        path = os.path.join(self.state_dir, f"rank-{rank}.stack")
+        try:
+            before = os.path.getsize(path)
+            os.kill(pid, signal.SIGUSR1)
+        except OSError:
+            return ""
+        time.sleep(wait)
+        try:
+            with open(path, encoding="utf-8", errors="replace") as stream:
+                stream.seek(before)
+                return stream.read()
+        except OSError:
+            return ""
+
+    def interrupt(self) -> None:
+        """SIGINT to every rank: a busy rank raises KeyboardInterrupt when it next runs Python."""
+        for pid in self.rank_pids.values():
+            try:
+                os.kill(pid, signal.SIGINT)
+            except OSError:
+                pass
+
+    # ------------------------------------------------------------------------------ stopping
+
+    def _our_processes(self) -> List[psutil.Process]:
+        found: Dict[int, psutil.Process] = {}
+        for pid in list(self._launched_pids) + list(self.rank_pids.values()):
+            try:
+                process = psutil.Process(pid)
+                found[pid] = process
+                for child in process.children(recursive=True):
+                    found[child.pid] = child
+            except psutil.Error:
+                continue
+        return list(found.values())
+
+    def _kill_processes(self) -> None:
+        processes = self._our_processes()
+        # The ranks hold no state worth saving: KILL them; then TERM lets hydra and the controller
+        # clean up after themselves; KILL whatever is left.
+        rank_pids = set(self.rank_pids.values())
+        shared_memory = _shared_memory_files(p for p in processes if p.pid in rank_pids)
+        for process in processes:
+            _signal(process, signal.SIGKILL if process.pid in rank_pids else signal.SIGTERM)
+        _, alive = psutil.wait_procs(processes, timeout=2.0)
+        for process in alive:
+            _signal(process, signal.SIGKILL)
+        psutil.wait_procs(alive, timeout=5.0)
+        self._reap_launchers()
+        # MPICH unlinks its shared-memory segment only when the ranks finalize; killed ranks cannot.
+        for path in shared_memory:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+    def _reap_launchers(self) -> None:
+        # Our direct children stay zombies until waited for; ipyparallel's waiter threads may be gone.
+        cluster = self._ipp_cluster
+        if cluster is None:
+            return
+        for launcher in [cluster.controller] + list(cluster.engines.values()):
+            popen = getattr(launcher, "_popen_process", None)
+            if popen is not None:
+                try:
+                    popen.wait(timeout=1.0)
+                except Exception:
+                    pass
+
+
+def _rank_identity():
+    import os
+
+    return int(os.environ["RANK_ID"]), os.getpid()
+
+
+def _prepare_remote_rank(size, settings):
+    import os
+
+    from npu_migrate_nb.sim.engine import prepare_rank
+
+    try:
+        from mpi4py import MPI
+
+        rank = MPI.COMM_WORLD.Get_rank() if MPI.COMM_WORLD.Get_size() > 1 else None
+    except ImportError:
+        rank = None
+    if rank is None:
+        rank = int(globals().get("_npu_engine_id", os.environ.get("IPP_ENGINE_ID", 0)))
+    prepare_rank(rank, size, settings)
+
+
+def _is_alive(pid: int) -> bool:
+    return _how_it_ended(pid) is None
+
+
+def _how_it_ended(pid: int) -> Optional[str]:
+    try:
+        process = psutil.Process(pid)
+        if process.status() != psutil.STATUS_ZOMBIE:
+            return None
+    except psutil.NoSuchProcess:
+        return "process ended"
+    try:
+        code = process.wait(timeout=0)
+    except (psutil.Error, ChildProcessError):
+        return "process ended"
+    if code is None:
+        return "process ended"
+    if code < 0:
+        return f"killed by {signal.Signals(-code).name}"
+    return f"exit code {code}"
+
+
+def _shared_memory_files(processes) -> List[str]:
+    paths = set()
+    for process in processes:
+        try:
+            paths.update(m.path for m in process.memory_maps() if m.path.startswith("/dev/shm/mpich"))
+        except psutil.Error:
+            continue
+    return sorted(paths)
+
+
+def _signal(process: psutil.Process, signum: int) -> None:
+    try:
+        process.send_signal(signum)
+    except psutil.Error:
+        pass
+
+
+@atexit.register
+def _stop_live_clusters() -> None:
+    for cluster in list(_live_clusters):
+        cluster.stop()

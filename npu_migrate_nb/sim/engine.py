@@ -1,0 +1,147 @@
+"""The program each simulated rank runs: set the rank up, then become an ipyparallel engine.
+
+``mpiexec -n N python -m npu_migrate_nb.sim.engine --mpi <ipengine args>``. Everything a rank needs
+before user code happens here, in the engine process itself and before it registers with the
+controller: the Ascend environment for its MPI rank, the simulated adapter, per-rank seeds,
+TensorFlow (imported while the controller is still starting, which is what makes startup fast),
+TF1 compatibility mode, the run-time probes, and a watcher that tells the runner which collective
+this rank is waiting in.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import json
+import os
+import random
+import signal
+import sys
+import threading
+import time
+
+# The runner passes its settings in this variable (JSON): job_id, rank_table, state_dir, tf1, seed.
+SETTINGS_VARIABLE = "NPU_SIM_ENGINE"
+
+
+def main() -> None:
+    settings = json.loads(os.environ.get(SETTINGS_VARIABLE, "{}"))
+    from mpi4py import MPI
+
+    rank, size = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
+    prepare_rank(rank, size, settings)
+    if os.environ.get("NPU_SIM_TRACE"):
+        print(f"rank {rank} prepared at {time.time():.3f}", file=sys.stderr, flush=True)
+    from ipyparallel.engine.app import main as engine_main
+
+    engine_main()
+
+
+def prepare_rank(rank: int, size: int, settings: dict) -> None:
+    from .rank_env import apply_rank_environment
+
+    apply_rank_environment(rank, size, settings.get("job_id", "10086"), settings.get("rank_table", ""))
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    state_dir = settings.get("state_dir")
+    if state_dir:
+        _dump_stacks_on_sigusr1(os.path.join(state_dir, f"rank-{rank}.stack"))
+    _enable_simulated_adapter()
+    # Different seeds per rank: a notebook that forgets the broadcast really starts from different
+    # weights, as on real cards; the same seeds on every run make a run reproducible.
+    seed = int(settings.get("seed", 1000)) + rank
+    random.seed(seed)
+    _seed_numpy(seed)
+    _import_tensorflow(seed, tf1=bool(settings.get("tf1")))
+    if state_dir:
+        start_collective_watcher(os.path.join(state_dir, f"rank-{rank}.collective"))
+
+
+def _enable_simulated_adapter() -> None:
+    try:
+        from .adapter import enable
+    except ImportError:  # the adapter is optional for plain TensorFlow/MPI notebooks
+        return
+    enable()
+
+
+def _seed_numpy(seed: int) -> None:
+    try:
+        import numpy
+    except ImportError:
+        return
+    numpy.random.seed(seed)
+
+
+def _import_tensorflow(seed: int, tf1: bool) -> None:
+    try:
+        import tensorflow as tf
+    except ImportError:
+        return
+    tf.random.set_seed(seed)
+    if tf1:
+        enter_tf1_mode()
+    from . import probes
+
+    probes.install()
+
+
+def enter_tf1_mode() -> None:
+    """TF1-style notebooks (``tf.Session``, ``tf.layers``, ``tf.train.*Optimizer``) on TensorFlow 2.
+
+    Graph mode everywhere, and ``import tensorflow as tf`` gives ``tf.compat.v1``.
+    """
+    import tensorflow as tf
+
+    tf.compat.v1.disable_v2_behavior()
+    real = sys.modules["tensorflow"]
+    # Resolve lazily-loaded parts now, while the real module is still the one in sys.modules.
+    _ = (real.keras, real.estimator, tf.compat.v1.layers, tf.compat.v1.estimator)
+    sys.modules["tensorflow"] = tf.compat.v1
+
+
+def _dump_stacks_on_sigusr1(path: str) -> None:
+    # faulthandler writes from its C signal handler, so it answers even while the rank is blocked
+    # inside an MPI call that never returns to Python.
+    stream = open(path, "w", encoding="utf-8")  # kept open for the life of the rank
+    faulthandler.register(signal.SIGUSR1, file=stream, all_threads=False, chain=False)
+
+
+def start_collective_watcher(path: str, period: float = 0.1) -> threading.Thread:
+    """Keep ``path`` holding the collective this rank is inside (empty when none).
+
+    The engine's main thread is busy (or blocked in MPI) while a cell runs, so the runner cannot ask
+    it; a thread can, because mpi4py releases the GIL while it waits.
+    """
+
+    def watch() -> None:
+        last = None
+        while True:
+            name = _current_collective()
+            if name != last:
+                _write_atomically(path, json.dumps({"collective": name, "since": time.time()}))
+                last = name
+            time.sleep(period)
+
+    thread = threading.Thread(target=watch, name="npu-sim-collective-watcher", daemon=True)
+    thread.start()
+    return thread
+
+
+def _current_collective():
+    comm = sys.modules.get("npu_migrate_nb.sim.comm")
+    if comm is None or not hasattr(comm, "current_collective"):
+        return None
+    try:
+        return comm.current_collective()
+    except Exception:
+        return None
+
+
+def _write_atomically(path: str, text: str) -> None:
+    temp = path + ".tmp"
+    with open(temp, "w", encoding="utf-8") as stream:
+        stream.write(text)
+    os.replace(temp, path)
+
+
+if __name__ == "__main__":
+    main()
