@@ -1,0 +1,180 @@
+"""Whole-notebook analysis: facts of every cell, the notebook's framework and adapter, then rules.
+
+``analyze`` is the one entry point the doors (CLI, magic, server) call. It never imports
+TensorFlow and re-parses only cells whose content changed since the last call.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+from . import knowledge as K
+from .facts import NotebookFacts
+from .findings import STEPS, CellError, Finding, sort_key, unique
+from .notebook import Notebook
+
+
+@dataclass
+class Options:
+    ranks: int = 8  # rank count literal batch sizes are checked against
+    broadcast_style: str = "hooks-append"  # or "hook": NPUBroadcastGlobalVariablesHook appended
+
+
+@dataclass
+class Analysis:
+    path: str
+    language: str
+    framework: str  # "estimator" | "keras" | "custom-loop" | "mixed" | "none"
+    adapter: Optional[str]  # "npu_bridge" | "npu_device" | None
+    steps: Dict[str, str]  # step -> "missing" | "present" | "not-applicable"
+    findings: List[Finding] = field(default_factory=list)
+    errors: List[CellError] = field(default_factory=list)
+    python: bool = True
+    context: Optional["Context"] = field(default=None, repr=False, compare=False)
+
+    @property
+    def problems(self) -> List[Finding]:
+        """Findings that make ``check`` fail: errors and warnings (infos only inform)."""
+        return [finding for finding in self.findings if finding.severity != "info"]
+
+    def to_json(self) -> Dict[str, object]:
+        return {
+            "path": self.path,
+            "language": self.language,
+            "framework": self.framework,
+            "adapter": self.adapter,
+            "steps": dict(self.steps),
+            "findings": [finding.to_json() for finding in self.findings],
+            "errors": [error.to_json() for error in self.errors],
+        }
+
+
+class Context:
+    """What every rule needs to know about the notebook, computed once per analysis."""
+
+    def __init__(self, facts: NotebookFacts, options: Options):
+        self.facts = facts
+        self.options = options
+        self.frameworks = _frameworks(facts)
+        self.framework = _framework_name(self.frameworks)
+        self.adapter = _adapter(facts, self.frameworks)
+        self.tf1 = self.adapter == "npu_bridge"
+        self.steps = _steps(facts, self)
+        self.npu = facts.alias_for("npu_device") or "npu"
+        self.tf = facts.alias_for("tensorflow") or facts.alias_for("tensorflow.compat.v1") or "tf"
+        self.findings: List[Finding] = []  # filled rule by rule; later rules may read earlier ones
+
+    def uses(self, *qualified: str) -> bool:
+        return next(self.facts.calls_to(*qualified), None) is not None
+
+
+def analyze(notebook: Notebook, options: Optional[Options] = None) -> Analysis:
+    from .rules import ALL_RULES
+
+    options = options or Options()
+    if not notebook.is_python:
+        return Analysis(notebook.path, notebook.language, "none", None, _not_applicable(), python=False)
+    facts = NotebookFacts(notebook)
+    context = Context(facts, options)
+    for rule in ALL_RULES:
+        context.findings.extend(rule.check(context))
+    findings = sorted(unique(context.findings), key=sort_key)
+    errors = [CellError(index, *cell.error) for index, cell in facts.unreadable]
+    return Analysis(
+        notebook.path, notebook.language, context.framework, context.adapter, context.steps, findings, errors,
+        context=context,
+    )
+
+
+def _not_applicable() -> Dict[str, str]:
+    return {step: "not-applicable" for step in STEPS}
+
+
+# ------------------------------------------------------------------------------ framework, adapter
+
+
+def _frameworks(facts: NotebookFacts) -> List[str]:
+    found = []
+    if any(facts.calls_to(*K.ESTIMATORS)) or any(facts.calls_to(K.TRAIN_AND_EVALUATE)):
+        found.append("estimator")
+    if _has_keras_fit(facts):
+        found.append("keras")
+    if any(facts.calls_to(K.GRADIENT_TAPE)) or _has_session_training(facts):
+        found.append("custom-loop")
+    return found
+
+
+def _has_keras_fit(facts: NotebookFacts) -> bool:
+    compiled = {facts_site.dotted for _, _, facts_site in facts.calls("compile") if facts_site.receiver is not None}
+    compiled = {name.rsplit(".compile", 1)[0] for name in compiled if name}
+    for _, _, site in facts.calls("fit"):
+        receiver = site.dotted.rsplit(".fit", 1)[0] if site.dotted else None
+        if receiver in compiled or (receiver is None and compiled):
+            return True
+    return False
+
+
+def _has_session_training(facts: NotebookFacts) -> bool:
+    sessions = ("tensorflow.Session", "tensorflow.train.MonitoredTrainingSession", "tensorflow.InteractiveSession")
+    return any(facts.calls_to(*sessions)) and any(facts.calls("minimize", "apply_gradients"))
+
+
+def _framework_name(frameworks: List[str]) -> str:
+    if not frameworks:
+        return "none"
+    return frameworks[0] if len(frameworks) == 1 else "mixed"
+
+
+def _adapter(facts: NotebookFacts, frameworks: List[str]) -> Optional[str]:
+    if facts.imports_module("npu_device"):
+        return "npu_device"
+    if facts.imports_module("npu_bridge") or facts.imports_module("hccl"):
+        return "npu_bridge"
+    if "tensorflow.compat.v1" in facts.aliases.values() or any(facts.calls_to(*K.TF1_IDIOMS)):
+        return "npu_bridge"
+    return "npu_device" if frameworks or facts.imports_module("tensorflow") else None
+
+
+# ------------------------------------------------------------------------------------------ steps
+
+
+def _steps(facts: NotebookFacts, context: Context) -> Dict[str, str]:
+    if context.framework == "none":
+        return _not_applicable()
+    broadcast_forms = set(K.BROADCAST_FORMS)
+    if context.tf1:
+        broadcast_forms |= K.TF1_KERAS_BROADCAST_FORMS
+    present = {
+        "broadcast": context.uses(*broadcast_forms),
+        "allreduce": context.uses(*K.ALLREDUCE_FORMS),
+        "shard": has_rank_shard(facts),
+    }
+    return {step: "present" if present[step] else "missing" for step in STEPS}
+
+
+def has_rank_shard(facts: NotebookFacts) -> bool:
+    if any(facts.calls_to(K.SHARD_AND_REBATCH)):
+        return True
+    for _, cell, site in facts.calls("shard"):
+        if site.receiver is not None and not _mentions(site.node, ("input_context", "input_pipeline")):
+            return True
+    return any(_has_rank_slice(cell) for _, cell in facts.cells)
+
+
+def _has_rank_slice(cell) -> bool:
+    return ("rank_id" in cell.names or "RANK_ID" in cell.names or "getenv" in cell.names) and any(
+        isinstance(node, ast.Subscript) and _mentions(node.slice, ("rank", "RANK_ID"))
+        for node in ast.walk(cell.tree)
+    )
+
+
+def _mentions(node: ast.AST, words) -> bool:
+    for child in ast.walk(node):
+        text = child.id if isinstance(child, ast.Name) else child.attr if isinstance(child, ast.Attribute) else None
+        if text is None and isinstance(child, ast.Constant) and isinstance(child.value, str):
+            text = child.value
+        if text and any(word in text for word in words):
+            return True
+    return False

@@ -1,0 +1,415 @@
+"""Cheap facts about each cell (calls, assignments, imports, functions), from Python's ``ast``.
+
+Facts are computed once per cell *content* and cached, so re-analysis after an edit re-parses one
+cell. Rules read facts; they never parse. Facts are independent of the cell's position in the
+notebook; :class:`NotebookFacts` adds positions and resolves names across cells.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+
+from . import ipython_syntax
+from .notebook import MAX_CELL_CHARS, Notebook
+
+_FUNCTION_NODES = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+@dataclass(eq=False)
+class CallSite:
+    node: ast.Call
+    dotted: Optional[str]  # "tf.train.AdamOptimizer" when the callee is a dotted name, else None
+    method: str  # the callee's last name: "AdamOptimizer", "minimize"; "" for other callees
+    stmt: ast.stmt  # innermost statement that contains the call
+    function: Optional[str]  # innermost enclosing function, None at module level
+    receiver: Optional[ast.expr] = None  # ``x`` in ``x.method(...)``
+    chained_by: Optional["CallSite"] = None  # the call made on this call's result: x.a().b()
+    argument_of: Optional["CallSite"] = None  # the call that takes this call as an argument
+
+    def keyword(self, name: str) -> Optional[ast.keyword]:
+        for keyword in self.node.keywords:
+            if keyword.arg == name:
+                return keyword
+        return None
+
+    def argument(self, position: int, name: str) -> Optional[ast.expr]:
+        """The argument given by position or by keyword, or None."""
+        keyword = self.keyword(name)
+        if keyword is not None:
+            return keyword.value
+        args = [arg for arg in self.node.args if not isinstance(arg, ast.Starred)]
+        return args[position] if position < len(args) else None
+
+    def chain(self) -> List["CallSite"]:
+        """This call and the calls chained on its result, innermost first."""
+        calls, current = [], self
+        while current is not None:
+            calls.append(current)
+            current = current.chained_by
+        return calls
+
+
+@dataclass(eq=False)
+class Assignment:
+    target: str  # "ds", or a dotted target such as "self.model"
+    value: ast.expr
+    stmt: ast.stmt
+    function: Optional[str]
+    tuple_target: bool = False  # part of ``a, b = ...``
+
+
+@dataclass(eq=False)
+class ImportFact:
+    local: str  # the bound name ("tf"), or "*" for a star import
+    module: str  # what it stands for ("tensorflow.compat.v1")
+    stmt: ast.stmt
+    function: Optional[str]
+
+
+@dataclass(eq=False)
+class CellFacts:
+    masked: ipython_syntax.MaskedCell
+    tree: Optional[ast.Module] = None
+    error: Optional[Tuple[int, int, str]] = None  # (line, column, message) when the cell cannot be read
+    lines: List[str] = field(default_factory=list)
+    calls: List[CallSite] = field(default_factory=list)
+    calls_by_method: Dict[str, List[CallSite]] = field(default_factory=dict)
+    assignments: Dict[str, List[Assignment]] = field(default_factory=dict)
+    imports: List[ImportFact] = field(default_factory=list)
+    functions: Dict[str, ast.AST] = field(default_factory=dict)
+    classes: Dict[str, ast.ClassDef] = field(default_factory=dict)
+    names: frozenset = frozenset()  # every identifier and attribute name used
+
+    @property
+    def is_python(self) -> bool:
+        return self.masked.is_python
+
+    def segment(self, node: ast.AST) -> str:
+        """The exact source text of ``node`` (as masked)."""
+        return ast.get_source_segment(self.masked.code, node) or ""
+
+    def char_column(self, line: int, byte_column: int) -> int:
+        """``ast`` counts columns in UTF-8 bytes; people and libcst count characters."""
+        text = self.lines[line - 1] if 0 < line <= len(self.lines) else ""
+        if text.isascii():
+            return byte_column
+        return len(text.encode("utf-8")[:byte_column].decode("utf-8", errors="ignore"))
+
+    def start(self, node: ast.AST) -> Tuple[int, int]:
+        return node.lineno, self.char_column(node.lineno, node.col_offset)
+
+    def end(self, node: ast.AST) -> Tuple[int, int]:
+        return node.end_lineno, self.char_column(node.end_lineno, node.end_col_offset)
+
+
+@lru_cache(maxsize=8192)
+def facts_for(source: str) -> CellFacts:
+    """Facts for one code cell's source (cached by content)."""
+    if len(source) > MAX_CELL_CHARS:
+        facts = CellFacts(ipython_syntax.MaskedCell(None))
+        facts.error = (1, 1, f"cell too large to analyze ({len(source):,} characters)")
+        return facts
+    masked = ipython_syntax.mask(source)
+    facts = CellFacts(masked)
+    if not masked.is_python:
+        return facts
+    try:
+        facts.tree = ast.parse(masked.code)
+    except SyntaxError as error:
+        facts.error = (error.lineno or 1, error.offset or 1, f"syntax error: {error.msg}")
+        return facts
+    except (ValueError, RecursionError, MemoryError) as error:
+        facts.error = (1, 1, f"cannot parse: {error}")
+        return facts
+    facts.lines = masked.code.splitlines()
+    _Scanner(facts).scan(facts.tree.body, None)
+    _link_calls(facts)
+    return facts
+
+
+class _Scanner:
+    def __init__(self, facts: CellFacts):
+        self.facts = facts
+        self.names = set()
+
+    def scan(self, body: Sequence[ast.stmt], function: Optional[str]) -> None:
+        for stmt in body:
+            self.statement(stmt, function)
+        self.facts.names = frozenset(self.names)
+
+    def statement(self, stmt: ast.stmt, function: Optional[str]) -> None:
+        facts = self.facts
+        if isinstance(stmt, _FUNCTION_NODES):
+            facts.functions[stmt.name] = stmt
+            for expr in stmt.decorator_list + _default_values(stmt.args):
+                self.expression(expr, stmt, function)
+            for inner in stmt.body:
+                self.statement(inner, stmt.name)
+            return
+        if isinstance(stmt, ast.ClassDef):
+            facts.classes[stmt.name] = stmt
+            for expr in stmt.bases + stmt.keywords:
+                self.expression(expr, stmt, function)
+            for inner in stmt.body:
+                self.statement(inner, function)
+            return
+        if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            self.imports(stmt, function)
+            return
+        if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            self.assignment(stmt, function)
+        for name, value in ast.iter_fields(stmt):
+            if isinstance(value, list):
+                for item in value:
+                    self.child(item, stmt, function)
+            else:
+                self.child(value, stmt, function)
+
+    def child(self, node, stmt: ast.stmt, function: Optional[str]) -> None:
+        if isinstance(node, ast.stmt):
+            self.statement(node, function)
+        elif isinstance(node, ast.excepthandler):
+            if node.type is not None:
+                self.expression(node.type, stmt, function)
+            for inner in node.body:
+                self.statement(inner, function)
+        elif isinstance(node, (ast.expr, ast.withitem, ast.keyword, ast.comprehension)):
+            self.expression(node, stmt, function)
+        elif hasattr(ast, "match_case") and isinstance(node, ast.match_case):
+            for inner in node.body:
+                self.statement(inner, function)
+
+    def expression(self, root: ast.AST, stmt: ast.stmt, function: Optional[str]) -> None:
+        names = self.names
+        calls = self.facts.calls
+        by_method = self.facts.calls_by_method
+        for node in ast.walk(root):
+            kind = type(node)
+            if kind is ast.Name:
+                names.add(node.id)
+            elif kind is ast.Attribute:
+                names.add(node.attr)
+            elif kind is ast.Call:
+                func = node.func
+                receiver = func.value if type(func) is ast.Attribute else None
+                method = func.attr if receiver is not None else (func.id if type(func) is ast.Name else "")
+                site = CallSite(node, dotted_name(func), method, stmt, function, receiver)
+                calls.append(site)
+                by_method.setdefault(method, []).append(site)
+
+    def assignment(self, stmt: ast.stmt, function: Optional[str]) -> None:
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+        if stmt.value is None:
+            return
+        for target in targets:
+            if isinstance(target, (ast.Tuple, ast.List)):
+                for element in target.elts:
+                    self.bind(element, stmt.value, stmt, function, tuple_target=True)
+            else:
+                self.bind(target, stmt.value, stmt, function)
+
+    def bind(self, target, value, stmt, function, tuple_target=False) -> None:
+        name = dotted_name(target)
+        if name is not None:
+            self.facts.assignments.setdefault(name, []).append(
+                Assignment(name, value, stmt, function, tuple_target)
+            )
+
+    def imports(self, stmt, function) -> None:
+        facts = self.facts
+        if isinstance(stmt, ast.Import):
+            for alias in stmt.names:
+                if alias.asname:
+                    facts.imports.append(ImportFact(alias.asname, alias.name, stmt, function))
+                else:
+                    top = alias.name.split(".")[0]
+                    facts.imports.append(ImportFact(top, top, stmt, function))
+            return
+        module = ("." * stmt.level) + (stmt.module or "")
+        for alias in stmt.names:
+            if alias.name == "*":
+                facts.imports.append(ImportFact("*", module, stmt, function))
+            else:
+                local = alias.asname or alias.name
+                facts.imports.append(ImportFact(local, f"{module}.{alias.name}", stmt, function))
+
+
+def _default_values(arguments: ast.arguments) -> List[ast.expr]:
+    return list(arguments.defaults) + [value for value in arguments.kw_defaults if value is not None]
+
+
+def _link_calls(facts: CellFacts) -> None:
+    by_node = {id(site.node): site for site in facts.calls}
+    for site in facts.calls:
+        receiver = site.receiver
+        if type(receiver) is ast.Call:
+            inner = by_node.get(id(receiver))
+            if inner is not None:
+                inner.chained_by = site
+        for arg in list(site.node.args) + [keyword.value for keyword in site.node.keywords]:
+            if type(arg) is ast.Call:
+                inner = by_node.get(id(arg))
+                if inner is not None:
+                    inner.argument_of = site
+
+
+def dotted_name(node: ast.AST) -> Optional[str]:
+    """``a.b.c`` for a chain of attributes on a name; None for anything else."""
+    parts = []
+    while type(node) is ast.Attribute:
+        parts.append(node.attr)
+        node = node.value
+    if type(node) is not ast.Name:
+        return None
+    parts.append(node.id)
+    return ".".join(reversed(parts))
+
+
+# --------------------------------------------------------------------------------- across cells
+
+_CANONICAL_PREFIXES = (
+    ("tensorflow.compat.v1.", "tensorflow."),
+    ("tensorflow.compat.v2.", "tensorflow."),
+    ("tensorflow.python.keras.", "tensorflow.keras."),
+    ("tensorflow.keras.optimizers.legacy.", "tensorflow.keras.optimizers."),
+    ("tensorflow.keras.optimizers.experimental.", "tensorflow.keras.optimizers."),
+    ("tf_keras.", "tensorflow.keras."),
+    ("keras.", "tensorflow.keras."),
+    ("horovod.tensorflow.keras.", "horovod."),
+    ("horovod.tensorflow.", "horovod."),
+    ("horovod.keras.", "horovod."),
+    ("npu_bridge.npu_init.", "npu_bridge."),
+    ("npu_bridge.estimator.npu.npu_config.", "npu_bridge."),
+    ("npu_bridge.estimator.npu.npu_estimator.", "npu_bridge."),
+    ("npu_bridge.estimator.npu.npu_hook.", "npu_bridge."),
+    ("npu_bridge.estimator.npu.npu_optimizer.", "npu_bridge."),
+    ("npu_bridge.estimator.npu.npu_callback.", "npu_bridge."),
+    ("npu_bridge.hccl.", "npu_bridge."),
+    ("hccl.manage.api.", "npu_bridge."),
+)
+
+# Adapter names that user code often calls bare, after ``from npu_bridge.npu_init import *``.
+NPU_BRIDGE_NAMES = frozenset(
+    {
+        "npu_distributed_optimizer_wrapper",
+        "NPUDistributedOptimizer",
+        "NPUBroadcastGlobalVariablesHook",
+        "NPUBroadcastGlobalVariablesCallback",
+        "npu_hooks_append",
+        "npu_callbacks_append",
+        "npu_run_config_init",
+        "npu_config_proto",
+        "NPURunConfig",
+        "NPUEstimator",
+        "NPUEstimatorSpec",
+        "hccl_ops",
+        "get_rank_size",
+        "get_rank_id",
+        "get_local_rank_id",
+        "init_resource",
+    }
+)
+
+
+def canonical(name: str) -> str:
+    for prefix, replacement in _CANONICAL_PREFIXES:
+        if name.startswith(prefix):
+            return replacement + name[len(prefix):]
+    if name.startswith(("tf_keras", "keras")) and "." not in name:
+        return "tensorflow.keras"
+    return name
+
+
+class NotebookFacts:
+    """The facts of every analyzable cell, with names resolved across the whole notebook."""
+
+    def __init__(self, notebook: Notebook):
+        self.notebook = notebook
+        self.cells: List[Tuple[int, CellFacts]] = []
+        self.unreadable: List[Tuple[int, CellFacts]] = []
+        self.aliases: Dict[str, str] = {}
+        self.star_modules: List[str] = []
+        for cell in notebook.code_cells:
+            facts = facts_for(cell.source)
+            if facts.error is not None:
+                self.unreadable.append((cell.index, facts))
+            elif facts.is_python:
+                self.cells.append((cell.index, facts))
+        for _, facts in self.cells:
+            for fact in facts.imports:
+                if fact.local == "*":
+                    self.star_modules.append(fact.module)
+                else:
+                    self.aliases[fact.local] = fact.module
+        self._resolved: Dict[str, str] = {}
+        self.cell_facts = dict(self.cells)
+
+    # names
+    def resolve(self, dotted: Optional[str]) -> str:
+        """The canonical qualified name of a dotted name as written in the notebook."""
+        if not dotted:
+            return ""
+        cached = self._resolved.get(dotted)
+        if cached is not None:
+            return cached
+        head, _, rest = dotted.partition(".")
+        module = self.aliases.get(head)
+        if module is not None:
+            qualified = module + ("." + rest if rest else "")
+        elif head in NPU_BRIDGE_NAMES:
+            qualified = "npu_bridge." + dotted
+        else:
+            qualified = dotted
+        resolved = canonical(qualified)
+        self._resolved[dotted] = resolved
+        return resolved
+
+    def alias_for(self, module: str) -> Optional[str]:
+        """The local name bound to ``module`` (e.g. "tf" for tensorflow), if any."""
+        for local, target in self.aliases.items():
+            if target == module:
+                return local
+        return None
+
+    def imports_module(self, prefix: str) -> bool:
+        if any(target == prefix or target.startswith(prefix + ".") for target in self.aliases.values()):
+            return True
+        return any(module == prefix or module.startswith(prefix + ".") for module in self.star_modules)
+
+    # queries
+    def calls(self, *methods: str) -> Iterator[Tuple[int, CellFacts, CallSite]]:
+        for index, facts in self.cells:
+            for method in methods:
+                for site in facts.calls_by_method.get(method, ()):
+                    yield index, facts, site
+
+    def calls_to(self, *qualified: str) -> Iterator[Tuple[int, CellFacts, CallSite]]:
+        """Calls whose callee resolves to one of ``qualified`` (canonical names)."""
+        wanted = set(qualified)
+        methods = {name.rsplit(".", 1)[-1] for name in wanted}
+        for index, facts, site in self.calls(*methods):
+            if self.resolve(site.dotted) in wanted:
+                yield index, facts, site
+
+    def assignments(self, name: str) -> Iterator[Tuple[int, CellFacts, Assignment]]:
+        for index, facts in self.cells:
+            for assignment in facts.assignments.get(name, ()):
+                yield index, facts, assignment
+
+    def function(self, name: str) -> Optional[Tuple[int, CellFacts, ast.AST]]:
+        found = None
+        for index, facts in self.cells:
+            if name in facts.functions:
+                found = (index, facts, facts.functions[name])
+        return found
+
+    def uses_name(self, name: str) -> bool:
+        return any(name in facts.names for _, facts in self.cells)
+
+    def all_calls(self) -> Iterable[Tuple[int, CellFacts, CallSite]]:
+        for index, facts in self.cells:
+            for site in facts.calls:
+                yield index, facts, site

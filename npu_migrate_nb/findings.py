@@ -1,0 +1,88 @@
+"""What analysis produces: findings (what is wrong, where) and the edits that fix them."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Dict, FrozenSet, List, Optional, Tuple
+
+STEPS = ("broadcast", "allreduce", "shard")
+SEVERITIES = ("error", "warning", "info")
+
+# Setup a fix may need; the rewriter adds each once, where it belongs, only when missing.
+NEEDS_OS = "os"
+NEEDS_NPU_BRIDGE = "npu_bridge"
+NEEDS_NPU_DEVICE = "npu_device"
+
+Position = Tuple[int, int]  # (line 1-based, column 0-based in characters), as libcst counts
+
+
+@dataclass(frozen=True)
+class Edit:
+    """One change to one cell, addressed by the position of the node it changes.
+
+    kind:
+      ``replace``        the expression at [start, end) becomes ``code``
+      ``insert_before``  statements ``code`` go before the statement starting at ``start``
+      ``insert_after``   statements ``code`` go after the statement starting at ``start``
+      ``remove``         the statement starting at ``start`` is removed (``code`` unused)
+      ``remove_element`` the list element expression at [start, end) is removed
+    """
+
+    cell: int
+    kind: str
+    start: Position
+    end: Position
+    code: str = ""
+    needs: FrozenSet[str] = frozenset()
+    # For ``replace``: ``template`` is ``code`` with holes named ``__npu_hole_N__``; the rewriter fills
+    # each hole with the (already rewritten) node at the position in ``holes``, so edits nest.
+    template: Optional[str] = None
+    holes: Tuple[Tuple[str, Position, Position], ...] = ()
+
+
+@dataclass
+class Finding:
+    code: str
+    step: Optional[str]
+    severity: str
+    cell: int
+    line: int
+    column: int  # 1-based
+    end_line: int
+    end_column: int  # 1-based, exclusive
+    message: str
+    fix: Optional[str] = None  # the replacement or inserted text, for people
+    edits: Tuple[Edit, ...] = field(default=(), repr=False, compare=False)
+
+    def to_json(self) -> Dict[str, object]:
+        data = asdict(self)
+        data.pop("edits")
+        return data
+
+
+@dataclass
+class CellError:
+    """A cell that could not be analyzed (syntax error, too large); the rest still is."""
+
+    cell: int
+    line: int
+    column: int
+    message: str
+
+    def to_json(self) -> Dict[str, object]:
+        return asdict(self)
+
+
+def sort_key(finding: Finding):
+    return (finding.cell, finding.line, finding.column, finding.code)
+
+
+def unique(findings: List[Finding]) -> List[Finding]:
+    seen = set()
+    kept = []
+    for finding in findings:
+        key = (finding.code, finding.cell, finding.line, finding.column)
+        if key not in seen:
+            seen.add(key)
+            kept.append(finding)
+    return kept

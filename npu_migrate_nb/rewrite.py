@@ -1,0 +1,245 @@
+"""Apply edits with libcst: only cells that get an edit are parsed into a concrete tree, and every
+byte outside the edited nodes (formatting, comments, IPython syntax) is kept."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from . import ipython_syntax
+from .analysis import Analysis
+from .findings import Edit, Finding
+from .notebook import Notebook
+
+
+class RewriteError(Exception):
+    """An edit could not be applied (its node was not found): the cell is left as it was."""
+
+
+@dataclass
+class FixResult:
+    sources: Dict[int, str]  # cell index -> new source, for the cells that changed
+    applied: List[Finding]
+    failed: List[Tuple[int, str]]  # (cell, reason)
+
+
+def plan(analysis: Analysis, codes: Optional[Set[str]] = None) -> List[Edit]:
+    """The edits of the selected findings, plus the setup they need (once, where it belongs)."""
+    from .rules.setup import needs_of_existing_code, setup_plan
+
+    context = analysis.context
+    chosen = [f for f in analysis.findings if f.code != "missing-setup" and (codes is None or f.code in codes)]
+    edits = [edit for finding in chosen for edit in finding.edits]
+    needs = set()
+    for edit in edits:
+        needs |= edit.needs
+    if codes is None or "missing-setup" in codes:
+        needs |= needs_of_existing_code(context)
+    setup = setup_plan(context, needs) if context is not None else None
+    if setup is not None:
+        edits.append(setup[3])
+    return edits
+
+
+def fix_notebook(notebook: Notebook, analysis: Analysis, codes: Optional[Set[str]] = None) -> FixResult:
+    edits_by_cell: Dict[int, List[Edit]] = defaultdict(list)
+    for edit in plan(analysis, codes):
+        edits_by_cell[edit.cell].append(edit)
+    sources, failed = {}, []
+    by_index = {cell.index: cell for cell in notebook.cells}
+    for index, edits in sorted(edits_by_cell.items()):
+        try:
+            new_source = apply_edits(by_index[index].source, edits)
+        except RewriteError as error:
+            failed.append((index, str(error)))
+            continue
+        if new_source != by_index[index].source:
+            sources[index] = new_source
+    applied = [f for f in analysis.findings if f.edits and all(e.cell not in dict(failed) for e in f.edits)]
+    return FixResult(sources, applied, failed)
+
+
+def apply_edits(source: str, edits: Sequence[Edit]) -> str:
+    masked = ipython_syntax.mask(source)
+    if masked.code is None:
+        raise RewriteError("not a Python cell")
+    try:
+        module = cst.parse_module(masked.code)
+    except cst.ParserSyntaxError as error:
+        raise RewriteError(f"libcst cannot parse the cell: {error.message}") from None
+    applier = _EditApplier(edits)
+    new_module = MetadataWrapper(module, unsafe_skip_copy=True).visit(applier)
+    missing = applier.unapplied()
+    if missing:
+        raise RewriteError(f"could not place {len(missing)} edit(s), first at line {missing[0].start[0]}")
+    return ipython_syntax.unmask(new_module.code, masked)
+
+
+def _key(position) -> Tuple[Tuple[int, int], Tuple[int, int]]:
+    return (position.start.line, position.start.column), (position.end.line, position.end.column)
+
+
+class _EditApplier(cst.CSTTransformer):
+    METADATA_DEPENDENCIES = (PositionProvider,)
+
+    def __init__(self, edits: Iterable[Edit]):
+        super().__init__()
+        self.expression_edits: Dict[tuple, List[Edit]] = defaultdict(list)
+        self.statement_edits: Dict[Tuple[int, int], List[Edit]] = defaultdict(list)
+        self.element_removals: Set[tuple] = set()
+        self.hole_positions: Set[tuple] = set()
+        self.holes: Dict[tuple, cst.CSTNode] = {}
+        self.statement_starts: Dict[int, Tuple[int, int]] = {}
+        self.done: Set[int] = set()
+        self.edits = list(edits)
+        for edit in self.edits:
+            if edit.kind in ("insert_before", "insert_after", "remove"):
+                self.statement_edits[edit.start].append(edit)
+            elif edit.kind == "remove_element":
+                self.element_removals.add((edit.start, edit.end))
+            else:
+                self.expression_edits[(edit.start, edit.end)].append(edit)
+            for _, start, end in edit.holes:
+                self.hole_positions.add((start, end))
+
+    def unapplied(self) -> List[Edit]:
+        return [edit for edit in self.edits if id(edit) not in self.done]
+
+    # expressions -------------------------------------------------------------------------------
+    def on_leave(self, original_node, updated_node):
+        updated_node = super().on_leave(original_node, updated_node)  # dispatches to leave_Module etc.
+        position = self.get_metadata(PositionProvider, original_node, None)
+        if position is None:
+            return updated_node
+        key = _key(position)
+        if isinstance(original_node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            self.statement_starts[id(updated_node)] = key[0]
+        if isinstance(original_node, (cst.List, cst.Tuple)) and self.element_removals:
+            updated_node = self._remove_elements(original_node, updated_node)
+        if isinstance(original_node, cst.BaseExpression):
+            for key in _keys_as_ast_counts(original_node, key):
+                if key in self.hole_positions:
+                    self.holes[key] = updated_node
+                for edit in self.expression_edits.pop(key, ()):
+                    updated_node = self._apply_expression_edit(edit, updated_node)
+                    self.done.add(id(edit))
+        return updated_node
+
+    def _apply_expression_edit(self, edit: Edit, node: cst.BaseExpression) -> cst.BaseExpression:
+        if edit.kind == "replace":
+            new = cst.parse_expression(edit.template or edit.code)
+            if edit.holes:
+                filled = {name: self.holes.get((start, end)) for name, start, end in edit.holes}
+                if any(value is None for value in filled.values()):
+                    raise RewriteError(f"a part of the edit at line {edit.start[0]} was not found")
+                new = new.visit(_FillHoles(filled))
+            if getattr(node, "lpar", None) and hasattr(new, "lpar") and not isinstance(node, cst.Tuple):
+                new = new.with_changes(lpar=node.lpar, rpar=node.rpar)
+            return new
+        if edit.kind == "add_argument" and isinstance(node, cst.Call):
+            argument = cst.parse_expression(f"f({edit.code})").args[0]
+            return node.with_changes(args=_appended(list(node.args), argument))
+        if edit.kind == "append_element" and isinstance(node, (cst.List, cst.Tuple)):
+            element = cst.Element(cst.parse_expression(edit.code))
+            return node.with_changes(elements=_appended(list(node.elements), element))
+        raise RewriteError(f"cannot apply {edit.kind} to {type(node).__name__}")
+
+    def _remove_elements(self, original, updated):
+        kept = []
+        for old, new in zip(original.elements, updated.elements):
+            position = self.get_metadata(PositionProvider, old.value, None)
+            if position is not None and _key(position) in self.element_removals:
+                self._mark_done("remove_element", _key(position))
+                continue
+            kept.append(new)
+        if len(kept) == len(updated.elements):
+            return updated
+        if kept and kept[-1] is not updated.elements[-1]:
+            # The old last element's trailing comma (or its absence) moves to the new last element.
+            kept[-1] = kept[-1].with_changes(comma=updated.elements[-1].comma)
+        if isinstance(updated, cst.Tuple) and len(kept) == 1 and kept[0].comma is cst.MaybeSentinel.DEFAULT:
+            kept[0] = kept[0].with_changes(comma=cst.Comma())
+        return updated.with_changes(elements=kept)
+
+    def _mark_done(self, kind: str, key) -> None:
+        for edit in self.edits:
+            if edit.kind == kind and (edit.start, edit.end) == key:
+                self.done.add(id(edit))
+
+    # statements --------------------------------------------------------------------------------
+    def leave_IndentedBlock(self, original_node, updated_node):
+        body = self._edit_body(updated_node.body)
+        if not body:
+            body = [cst.SimpleStatementLine([cst.Pass()])]
+        return updated_node.with_changes(body=body)
+
+    def leave_Module(self, original_node, updated_node):
+        return updated_node.with_changes(body=self._edit_body(updated_node.body))
+
+    def _edit_body(self, body: Sequence[cst.CSTNode]) -> List[cst.CSTNode]:
+        result: List[cst.CSTNode] = []
+        orphaned_lines: List[cst.EmptyLine] = []  # comments above a removed statement
+        for stmt in body:
+            start = self.statement_starts.get(id(stmt))
+            edits = self.statement_edits.get(start, []) if start is not None else []
+            if not edits:
+                edits = self._edits_on_line(start)
+            for edit in edits:
+                self.done.add(id(edit))
+            if orphaned_lines:
+                stmt = stmt.with_changes(leading_lines=[*orphaned_lines, *stmt.leading_lines])
+                orphaned_lines = []
+            result.extend(_statements(e.code) for e in edits if e.kind == "insert_before")
+            if any(e.kind == "remove" for e in edits):
+                orphaned_lines = list(stmt.leading_lines)
+            else:
+                result.append(stmt)
+            result.extend(_statements(e.code) for e in edits if e.kind == "insert_after")
+        if orphaned_lines:
+            result.append(cst.SimpleStatementLine([cst.Pass()], leading_lines=orphaned_lines))
+        return [stmt for item in result for stmt in (item if isinstance(item, list) else [item])]
+
+    def _edits_on_line(self, start) -> List[Edit]:
+        """ast and libcst may disagree on a statement's column (e.g. ``a = 1; b = 2``): match the line."""
+        if start is None:
+            return []
+        for (line, _), edits in self.statement_edits.items():
+            if line == start[0] and not any(id(edit) in self.done for edit in edits):
+                return edits
+        return []
+
+
+class _FillHoles(cst.CSTTransformer):
+    def __init__(self, filled: Mapping[str, cst.CSTNode]):
+        super().__init__()
+        self.filled = filled
+
+    def leave_Name(self, original_node, updated_node):
+        return self.filled.get(original_node.value, updated_node)
+
+
+def _keys_as_ast_counts(node: cst.BaseExpression, key) -> List[tuple]:
+    """libcst's ranges exclude an expression's parentheses; ast's do too, except for a tuple's."""
+    if isinstance(node, cst.Tuple) and node.lpar and node.rpar:
+        (start_line, start_column), (end_line, end_column) = key
+        widened = ((start_line, start_column - len(node.lpar)), (end_line, end_column + len(node.rpar)))
+        return [key, widened]
+    return [key]
+
+
+def _appended(items: list, new_item):
+    if not items:
+        return [new_item]
+    last = items[-1]
+    if last.comma is cst.MaybeSentinel.DEFAULT:
+        items[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        return items + [new_item]
+    return items + [new_item.with_changes(comma=last.comma)]
+
+
+def _statements(code: str) -> List[cst.CSTNode]:
+    return list(cst.parse_module(code if code.endswith("\n") else code + "\n").body)

@@ -1,0 +1,36 @@
+"""The rules: one module per distributed step and per pitfall. Order matters only for ``missing-setup``,
+which runs last."""
+
+from .allreduce import MissingAllreduce
+from .batch_not_divisible import BatchNotDivisible
+from .broadcast import MissingBroadcast
+from .broadcast_before_build import BroadcastBeforeBuild
+from .double_step_division import DoubleStepDivision
+from .hooks_tuple import HooksTuple
+from .horovod_leftover import HorovodLeftover
+from .open_without_as_default import OpenWithoutAsDefault
+from .rank_from_hccl_too_early import RankFromHcclTooEarly
+from .reduction_mismatch import ReductionMismatch
+from .setup import MissingSetup
+from .shard import MissingShard
+from .shard_after_batch import ShardAfterBatch
+from .tf2_broadcast_callback import TF2BroadcastCallback
+
+RULE_CLASSES = (
+    MissingBroadcast,
+    MissingAllreduce,
+    MissingShard,
+    HooksTuple,
+    OpenWithoutAsDefault,
+    ShardAfterBatch,
+    BatchNotDivisible,
+    TF2BroadcastCallback,
+    BroadcastBeforeBuild,
+    RankFromHcclTooEarly,
+    DoubleStepDivision,
+    HorovodLeftover,
+    ReductionMismatch,
+    MissingSetup,
+)
+ALL_RULES = tuple(rule() for rule in RULE_CLASSES)
+RULES_BY_CODE = {rule.code: rule for rule in ALL_RULES}

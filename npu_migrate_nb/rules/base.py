@@ -1,0 +1,197 @@
+"""The rule: one unit of knowledge (what to look for, what to report, how to fix, its own examples).
+
+As in Fixit, each rule carries ``VALID`` code that must not trigger it and ``INVALID`` examples that
+must, with the code ``fix`` should produce; the test suite runs every rule's examples. Cells of an
+example are separated by a line ``# %%``.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar, FrozenSet, Iterable, List, Optional, Sequence
+
+from ..facts import CallSite, CellFacts
+from ..findings import Edit, Finding
+
+if TYPE_CHECKING:
+    from ..analysis import Context
+
+CELL_SEPARATOR = "# %%\n"
+
+
+@dataclass(frozen=True)
+class Example:
+    before: str
+    after: Optional[str] = None  # what ``fix`` makes of ``before``; None when there is no fix
+    adapter: Optional[str] = None  # the adapter the analyzer should report, when it matters
+
+
+class Rule:
+    code: ClassVar[str]
+    step: ClassVar[Optional[str]] = None
+    severity: ClassVar[str] = "error"
+    VALID: ClassVar[Sequence[str]] = ()
+    INVALID: ClassVar[Sequence[Example]] = ()
+
+    def check(self, context: "Context") -> Iterable[Finding]:
+        raise NotImplementedError  # every concrete rule overrides this
+
+    def finding(
+        self,
+        cell: int,
+        facts: CellFacts,
+        node: ast.AST,
+        message: str,
+        edits: Sequence[Edit] = (),
+        severity: Optional[str] = None,
+        fix: Optional[str] = None,
+    ) -> Finding:
+        line, column = facts.start(node)
+        end_line, end_column = facts.end(node)
+        if fix is None and edits:
+            fix = "\n".join(edit.code for edit in edits if edit.code) or ""
+        return Finding(
+            code=self.code,
+            step=self.step,
+            severity=severity or self.severity,
+            cell=cell,
+            line=line,
+            column=column + 1,
+            end_line=end_line,
+            end_column=end_column + 1,
+            message=message,
+            fix=fix,
+            edits=tuple(edits),
+        )
+
+
+# ---------------------------------------------------------------------------------- edit helpers
+
+
+def replace(cell: int, facts: CellFacts, node: ast.AST, code: str, needs: Iterable[str] = ()) -> Edit:
+    return Edit(cell, "replace", facts.start(node), facts.end(node), code, frozenset(needs))
+
+
+def replace_with(
+    cell: int, facts: CellFacts, target: ast.AST, pattern: str, needs: Iterable[str] = (), **parts: ast.AST
+) -> Edit:
+    """Replace ``target`` by ``pattern``, whose ``{name}`` holes keep the given sub-nodes (and their edits)."""
+    code = pattern.format(**{name: facts.segment(part) for name, part in parts.items()})
+    template = pattern.format(**{name: f"__npu_hole_{name}__" for name in parts})
+    holes = tuple((f"__npu_hole_{name}__", facts.start(part), facts.end(part)) for name, part in parts.items())
+    return Edit(cell, "replace", facts.start(target), facts.end(target), code, frozenset(needs), template, holes)
+
+
+def wrap(cell: int, facts: CellFacts, node: ast.AST, function: str, needs: Iterable[str] = ()) -> Edit:
+    return replace_with(cell, facts, node, function + "({node})", needs, node=node)
+
+
+def insert_after(cell: int, facts: CellFacts, stmt: ast.stmt, code: str, needs: Iterable[str] = ()) -> Edit:
+    return Edit(cell, "insert_after", facts.start(stmt), facts.end(stmt), code, frozenset(needs))
+
+
+def insert_before(cell: int, facts: CellFacts, stmt: ast.stmt, code: str, needs: Iterable[str] = ()) -> Edit:
+    return Edit(cell, "insert_before", facts.start(stmt), facts.end(stmt), code, frozenset(needs))
+
+
+def remove_statement(cell: int, facts: CellFacts, stmt: ast.stmt) -> Edit:
+    return Edit(cell, "remove", facts.start(stmt), facts.end(stmt))
+
+
+def remove_element(cell: int, facts: CellFacts, element: ast.expr) -> Edit:
+    return Edit(cell, "remove_element", facts.start(element), facts.end(element))
+
+
+def add_argument(cell: int, facts: CellFacts, call: ast.Call, code: str, needs: Iterable[str] = ()) -> Edit:
+    """Add ``code`` (``name=value``) as the call's last argument."""
+    return Edit(cell, "add_argument", facts.start(call), facts.end(call), code, frozenset(needs))
+
+
+def append_element(cell: int, facts: CellFacts, sequence: ast.expr, code: str, needs: Iterable[str] = ()) -> Edit:
+    """Add ``code`` as the last element of a list or tuple display."""
+    return Edit(cell, "append_element", facts.start(sequence), facts.end(sequence), code, frozenset(needs))
+
+
+# ---------------------------------------------------------------------------------- node helpers
+
+
+def single_target(stmt: ast.stmt) -> Optional[str]:
+    """``x`` for a statement ``x = value`` (one plain name target), else None."""
+    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+        return stmt.targets[0].id
+    if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value is not None:
+        return stmt.target.id
+    return None
+
+
+def assigned_value_is(stmt: ast.stmt, node: ast.AST) -> bool:
+    return isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is node
+
+
+def int_literal(node: Optional[ast.AST]) -> Optional[int]:
+    if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+        return node.value
+    return None
+
+
+def mentions(node: ast.AST, words: Iterable[str]) -> bool:
+    """Does any name, attribute or string under ``node`` contain one of ``words``?"""
+    words = tuple(words)
+    for child in ast.walk(node):
+        if isinstance(child, ast.Name):
+            text = child.id
+        elif isinstance(child, ast.Attribute):
+            text = child.attr
+        elif isinstance(child, ast.Constant) and isinstance(child.value, str):
+            text = child.value
+        else:
+            continue
+        if any(word in text for word in words):
+            return True
+    return False
+
+
+def rank_size_mention(node: ast.AST, context: "Context") -> bool:
+    """Does ``node`` compute with the rank count (RANK_SIZE, get_rank_size(), hvd.size(), ...)?"""
+    if mentions(node, ("RANK_SIZE", "rank_size", "num_workers", "world_size", "get_rank_size", "num_ranks")):
+        return True
+    for child in ast.walk(node):
+        if isinstance(child, ast.Call) and isinstance(child.func, ast.Attribute) and child.func.attr == "size":
+            if context.facts.resolve(_dotted(child.func)).startswith("horovod."):
+                return True
+    return False
+
+
+def _dotted(node: ast.AST) -> Optional[str]:
+    from ..facts import dotted_name
+
+    return dotted_name(node)
+
+
+def enclosing_scope_statements(facts: CellFacts, function: Optional[str]) -> List[ast.stmt]:
+    """Top-level statements of the cell, or the body of ``function`` in this cell."""
+    if function is None:
+        return list(facts.tree.body)
+    node = facts.functions.get(function)
+    return list(node.body) if node is not None else []
+
+
+def top_level_statement(facts: CellFacts, stmt: ast.stmt) -> Optional[ast.stmt]:
+    """The module-level statement of the cell that contains ``stmt``."""
+    for candidate in facts.tree.body:
+        if candidate is stmt:
+            return candidate
+        if candidate.lineno <= stmt.lineno <= candidate.end_lineno:
+            return candidate
+    return None
+
+
+def receiver_name(site: CallSite) -> Optional[str]:
+    """``model`` for ``model.fit(...)``, ``self.model`` for ``self.model.fit(...)``."""
+    if site.dotted and "." in site.dotted:
+        return site.dotted.rsplit(".", 1)[0]
+    return None
+
+
+NEEDS = FrozenSet[str]

@@ -1,0 +1,64 @@
+"""A literal global batch that the rank count does not divide: the ranks cannot split it evenly."""
+
+from __future__ import annotations
+
+import ast
+from typing import Iterable, Iterator, Optional
+
+from .. import knowledge as K
+from ..findings import Finding
+from .base import Example, Rule, int_literal
+
+
+class BatchNotDivisible(Rule):
+    code = "batch-not-divisible"
+    step = "shard"
+    severity = "warning"
+
+    VALID = [
+        "ds = ds.batch(64)\n",
+        "BATCH = 128\nds = ds.batch(BATCH)\n",
+    ]
+    INVALID = [
+        Example("ds = ds.batch(100)\n"),
+        Example("BATCH_SIZE = 60\nds = ds.batch(BATCH_SIZE)\n"),
+        Example("import npu_device as npu\nds, bs = npu.distribute.shard_and_rebatch_dataset(ds, 30)\n"),
+        Example("model.fit(x, y, batch_size=50)\n"),
+    ]
+
+    def check(self, context) -> Iterable[Finding]:
+        return list(self._findings(context))
+
+    def _findings(self, context) -> Iterator[Finding]:
+        ranks = context.options.ranks
+        for cell, facts, site, size in _batch_sizes(context):
+            value = int_literal(size) if not isinstance(size, ast.Name) else _constant(context, size.id)
+            if value is None or ranks <= 1 or value % ranks == 0:
+                continue
+            yield self.finding(
+                cell, facts, size,
+                f"global batch {value} is not divisible by {ranks} ranks: "
+                + ("shard_and_rebatch_dataset raises ValueError" if site.method == "shard_and_rebatch_dataset"
+                   else f"each rank would get {value // ranks} samples and {value % ranks} are lost per step")
+                + f"; use a multiple of {ranks} (or check with --ranks N)",
+            )
+
+
+def _batch_sizes(context):
+    for cell, facts, site in context.facts.calls(*K.BATCH_METHODS):
+        size = site.argument(0, "batch_size")
+        if size is not None and site.receiver is not None:
+            yield cell, facts, site, size
+    for cell, facts, site in context.facts.calls_to(K.SHARD_AND_REBATCH):
+        size = site.argument(1, "global_bs")
+        if size is not None:
+            yield cell, facts, site, size
+    for cell, facts, site in context.facts.calls("fit"):
+        keyword = site.keyword("batch_size")
+        if keyword is not None:
+            yield cell, facts, site, keyword.value
+
+
+def _constant(context, name: str) -> Optional[int]:
+    values = [a.value for _, _, a in context.facts.assignments(name) if a.function is None and not a.tuple_target]
+    return int_literal(values[-1]) if len(values) == 1 else None

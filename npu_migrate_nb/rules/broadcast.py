@@ -1,0 +1,371 @@
+"""Variable broadcast (变量广播): every rank starts from rank 0's initial weights."""
+
+from __future__ import annotations
+
+import ast
+from typing import Iterable, Iterator, List, Optional, Tuple
+
+from .. import knowledge as K
+from ..facts import CallSite, CellFacts
+from ..findings import NEEDS_NPU_BRIDGE, NEEDS_NPU_DEVICE, NEEDS_OS, Finding
+from .base import (
+    Example,
+    Rule,
+    add_argument,
+    append_element,
+    insert_after,
+    insert_before,
+    receiver_name,
+    replace,
+    replace_with,
+    top_level_statement,
+)
+
+
+class MissingBroadcast(Rule):
+    code = "missing-broadcast"
+    step = "broadcast"
+    severity = "error"
+
+    VALID = [
+        # The seed's method two.
+        "from npu_bridge.npu_init import *\nimport tensorflow as tf\n"
+        "estimator = tf.estimator.Estimator(model_fn=model_fn)\n"
+        "estimator.train(train_data_fn, max_steps=num_steps, hooks=npu_hooks_append(training_hooks))\n",
+        # NPUEstimator broadcasts by itself.
+        "from npu_bridge.npu_init import *\n"
+        "estimator = NPUEstimator(model_fn=model_fn)\nestimator.train(input_fn, max_steps=10)\n",
+        # TF2: broadcast once the model exists (the second seed).
+        "import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\n"
+        "model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(4,))])\n"
+        "npu.distribute.broadcast(model.trainable_variables)\n"
+        "model.compile(optimizer='sgd', loss='mse')\nmodel.fit(ds)\n",
+    ]
+
+    INVALID = [
+        # The seed's method one, default style: hooks=npu_hooks_append(...) at the training call.
+        Example(
+            "import tensorflow as tf\n"
+            "# %%\n"
+            "estimator = tf.estimator.Estimator(model_fn=cnn_model_fn)\n"
+            "training_hooks = []\n"
+            "training_hooks.append(hook)\n"
+            "estimator.train(train_data_fn, max_steps=num_steps, hooks=training_hooks)\n",
+            "import tensorflow as tf\n"
+            "from npu_bridge.npu_init import *\n"
+            "# %%\n"
+            "estimator = tf.estimator.Estimator(model_fn=cnn_model_fn)\n"
+            "training_hooks = []\n"
+            "training_hooks.append(hook)\n"
+            "estimator.train(train_data_fn, max_steps=num_steps, hooks=npu_hooks_append(training_hooks))\n",
+        ),
+        # No hooks at all.
+        Example(
+            "import tensorflow as tf\n"
+            "est = tf.estimator.Estimator(model_fn=model_fn)\n"
+            "est.train(input_fn=train_input_fn, steps=100)\n",
+            "import tensorflow as tf\n"
+            "from npu_bridge.npu_init import *\n"
+            "est = tf.estimator.Estimator(model_fn=model_fn)\n"
+            "est.train(input_fn=train_input_fn, steps=100, hooks=npu_hooks_append())\n",
+        ),
+        # train_and_evaluate: the TrainSpec's hooks (a tuple, which npu_hooks_append would drop).
+        Example(
+            "import tensorflow as tf\n"
+            "est = tf.estimator.Estimator(model_fn=model_fn)\n"
+            "train_spec = tf.estimator.TrainSpec(input_fn=train_fn, max_steps=1000, hooks=(logging_hook,))\n"
+            "tf.estimator.train_and_evaluate(est, train_spec, eval_spec)\n",
+            "import tensorflow as tf\n"
+            "from npu_bridge.npu_init import *\n"
+            "est = tf.estimator.Estimator(model_fn=model_fn)\n"
+            "train_spec = tf.estimator.TrainSpec(input_fn=train_fn, max_steps=1000, hooks=npu_hooks_append([logging_hook]))\n"
+            "tf.estimator.train_and_evaluate(est, train_spec, eval_spec)\n",
+        ),
+        # TF2 Keras fit: broadcast the built model's variables before training.
+        Example(
+            "import tensorflow as tf\n"
+            "import npu_device as npu\n"
+            "npu.open().as_default()\n"
+            "# %%\n"
+            "model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(4,))])\n"
+            "model.compile(optimizer='sgd', loss='mse')\n"
+            "model.fit(ds, epochs=2)\n",
+            "import tensorflow as tf\n"
+            "import npu_device as npu\n"
+            "npu.open().as_default()\n"
+            "# %%\n"
+            "model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(4,))])\n"
+            "model.compile(optimizer='sgd', loss='mse')\n"
+            "npu.distribute.broadcast(model.trainable_variables)\n"
+            "model.fit(ds, epochs=2)\n",
+        ),
+        # TF1 Keras fit: the TF1 callback.
+        Example(
+            "import tensorflow.compat.v1 as tf\n"
+            "model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(4,))])\n"
+            "model.compile(optimizer=tf.train.AdamOptimizer(0.01), loss='mse')\n"
+            "model.fit(x, y, callbacks=[tb])\n",
+            "import tensorflow.compat.v1 as tf\n"
+            "from npu_bridge.npu_init import *\n"
+            "model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(4,))])\n"
+            "model.compile(optimizer=tf.train.AdamOptimizer(0.01), loss='mse')\n"
+            "model.fit(x, y, callbacks=[tb, NPUBroadcastGlobalVariablesCallback(0)])\n",
+        ),
+        # TF2 custom loop: broadcast right after the (built) model is created, as in the seed.
+        Example(
+            "import tensorflow as tf\n"
+            "model = tf.keras.Sequential([tf.keras.layers.Dense(10, input_shape=(784,))])\n"
+            "# %%\n"
+            "@tf.function\n"
+            "def train_step(x, y):\n"
+            "    with tf.GradientTape() as tape:\n"
+            "        loss = tf.reduce_mean(tf.square(model(x) - y))\n"
+            "    grads = tape.gradient(loss, model.trainable_variables)\n"
+            "    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n"
+            "# %%\n"
+            "for x, y in dataset:\n"
+            "    train_step(x, y)\n",
+            "import tensorflow as tf\n"
+            "import npu_device as npu\n"
+            "npu.open().as_default()\n"
+            "model = tf.keras.Sequential([tf.keras.layers.Dense(10, input_shape=(784,))])\n"
+            "npu.distribute.broadcast(model.trainable_variables)\n"
+            "# %%\n"
+            "@tf.function\n"
+            "def train_step(x, y):\n"
+            "    with tf.GradientTape() as tape:\n"
+            "        loss = tf.reduce_mean(tf.square(model(x) - y))\n"
+            "    grads = tape.gradient(loss, model.trainable_variables)\n"
+            "    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n"
+            "# %%\n"
+            "for x, y in dataset:\n"
+            "    train_step(x, y)\n",
+        ),
+    ]
+
+    def check(self, context) -> Iterable[Finding]:
+        if context.steps["broadcast"] != "missing" or _horovod_broadcast(context):
+            return []
+        findings: List[Finding] = []
+        if "estimator" in context.frameworks:
+            findings += self._estimator(context)
+        if "keras" in context.frameworks:
+            findings += self._keras(context)
+        if "custom-loop" in context.frameworks and not context.tf1:
+            findings += self._custom_loop(context)
+        return findings
+
+    # -- Estimator: the broadcast hook in the training hooks
+    def _estimator(self, context) -> Iterator[Finding]:
+        estimators = _estimator_names(context)
+        for cell, facts, site in context.facts.calls("train"):
+            if receiver_name(site) in estimators:
+                yield self._hooks_finding(context, cell, facts, site, "the training call")
+        for cell, facts, site in context.facts.calls_to(K.TRAIN_SPEC):
+            yield self._hooks_finding(context, cell, facts, site, "the TrainSpec")
+
+    def _hooks_finding(self, context, cell, facts, site: CallSite, where: str) -> Finding:
+        hooks = site.keyword("hooks")
+        hooks_value = hooks.value if hooks is not None else None
+        if context.options.broadcast_style == "hook":
+            edit = _append_hook(context, cell, facts, site, hooks_value)
+            how = f"append {K.BROADCAST_HOOK_EXPR} to its hooks"
+        else:
+            edit = _hooks_append(cell, facts, site, hooks_value)
+            how = "pass hooks=npu_hooks_append(...)"
+        return self.finding(
+            cell, facts, hooks_value if hooks_value is not None else site.node,
+            f"variables are not broadcast from rank 0: ranks start from different weights; {how} to {where}",
+            [edit],
+        )
+
+    # -- Keras fit
+    def _keras(self, context) -> Iterator[Finding]:
+        for cell, facts, site in context.facts.calls("fit"):
+            model = receiver_name(site)
+            if model is None:
+                continue
+            if context.tf1:
+                yield self._tf1_callback(cell, facts, site)
+            else:
+                code = f"{context.npu}.distribute.broadcast({model}.trainable_variables)"
+                yield self.finding(
+                    cell, facts, site.node,
+                    "variables are not broadcast from rank 0: ranks start from different weights; "
+                    f"call {code} once the model is built, before fit",
+                    [insert_before(cell, facts, site.stmt, code, [NEEDS_NPU_DEVICE])],
+                )
+
+    def _tf1_callback(self, cell, facts, site: CallSite) -> Finding:
+        callback = "NPUBroadcastGlobalVariablesCallback(0)"
+        callbacks = site.keyword("callbacks")
+        if callbacks is None:
+            edit = add_argument(cell, facts, site.node, f"callbacks=[{callback}]", [NEEDS_NPU_BRIDGE])
+        elif isinstance(callbacks.value, ast.List):
+            edit = append_element(cell, facts, callbacks.value, callback, [NEEDS_NPU_BRIDGE])
+        else:
+            edit = replace(
+                cell, facts, callbacks.value, f"list({facts.segment(callbacks.value)}) + [{callback}]",
+                [NEEDS_NPU_BRIDGE],
+            )
+        return self.finding(
+            cell, facts, site.node,
+            f"variables are not broadcast from rank 0: add {callback} to the fit callbacks", [edit],
+        )
+
+    # -- TF2 custom loops: broadcast the trained variables where the model exists
+    def _custom_loop(self, context) -> Iterator[Finding]:
+        done = set()
+        for cell, facts, site in context.facts.calls("gradient"):
+            variables = site.argument(1, "sources")
+            if variables is None or site.receiver is None:
+                continue
+            variables_code = facts.segment(variables)
+            if variables_code in done:
+                continue
+            done.add(variables_code)
+            code = f"{context.npu}.distribute.broadcast({variables_code})"
+            anchor = _broadcast_anchor(context, cell, facts, site, variables)
+            if anchor is None:
+                yield self.finding(
+                    cell, facts, site.node,
+                    "variables are not broadcast from rank 0: call "
+                    f"{code} once the model is built, before the training loop",
+                )
+                continue
+            a_cell, a_facts, a_stmt, where = anchor
+            edit = (insert_after if where == "after" else insert_before)(
+                a_cell, a_facts, a_stmt, code, [NEEDS_NPU_DEVICE]
+            )
+            yield self.finding(
+                a_cell, a_facts, a_stmt,
+                f"variables are not broadcast from rank 0: ranks start from different weights; add {code}",
+                [edit],
+            )
+
+
+def _estimator_names(context) -> set:
+    names = set()
+    for _, _, site in context.facts.calls_to(*K.ESTIMATORS):
+        target = _target_of(site)
+        if target:
+            names.add(target)
+    return names
+
+
+def _target_of(site: CallSite) -> Optional[str]:
+    stmt = site.stmt
+    if isinstance(stmt, ast.Assign) and stmt.value is site.node and len(stmt.targets) == 1:
+        from ..facts import dotted_name
+
+        return dotted_name(stmt.targets[0])
+    return None
+
+
+def _hooks_append(cell, facts: CellFacts, site: CallSite, hooks: Optional[ast.expr]):
+    if hooks is None:
+        return add_argument(cell, facts, site.node, "hooks=npu_hooks_append()", [NEEDS_NPU_BRIDGE])
+    if isinstance(hooks, ast.Tuple):
+        elements = ", ".join(facts.segment(element) for element in hooks.elts)
+        return replace(cell, facts, hooks, f"npu_hooks_append([{elements}])", [NEEDS_NPU_BRIDGE])
+    if isinstance(hooks, (ast.List, ast.Name)):
+        return replace_with(cell, facts, hooks, "npu_hooks_append({hooks})", [NEEDS_NPU_BRIDGE], hooks=hooks)
+    return replace_with(cell, facts, hooks, "npu_hooks_append(list({hooks}))", [NEEDS_NPU_BRIDGE], hooks=hooks)
+
+
+def _append_hook(context, cell, facts: CellFacts, site: CallSite, hooks: Optional[ast.expr]):
+    needs = [NEEDS_NPU_BRIDGE, NEEDS_OS]
+    hook = K.BROADCAST_HOOK_EXPR
+    if hooks is None:
+        return add_argument(cell, facts, site.node, f"hooks=[{hook}]", needs)
+    if isinstance(hooks, (ast.List, ast.Tuple)):
+        return append_element(cell, facts, hooks, hook, needs)
+    if isinstance(hooks, ast.Name):
+        anchor = _last_list_update(facts, hooks.id, site)
+        if anchor is not None:
+            return insert_after(cell, facts, anchor, f"{hooks.id}.append({hook})", needs)
+        return insert_before(cell, facts, site.stmt, f"{hooks.id}.append({hook})", needs)
+    return replace(cell, facts, hooks, f"list({facts.segment(hooks)}) + [{hook}]", needs)
+
+
+def _last_list_update(facts: CellFacts, name: str, site: CallSite) -> Optional[ast.stmt]:
+    """The last statement before the training call that builds the list ``name`` (as the seed does)."""
+    last = None
+    for assignment in facts.assignments.get(name, ()):
+        if assignment.function == site.function and assignment.stmt.lineno < site.node.lineno:
+            last = assignment.stmt
+    for call in facts.calls_by_method.get("append", ()) + facts.calls_by_method.get("extend", ()):
+        if call.dotted == f"{name}.{call.method}" and call.function == site.function and call.node.lineno < site.node.lineno:
+            if last is None or call.stmt.lineno > last.lineno:
+                last = call.stmt
+    if last is not None and last.end_lineno >= site.stmt.lineno:
+        return None
+    return last
+
+
+def _broadcast_anchor(context, cell, facts, site: CallSite, variables: ast.expr) -> Optional[Tuple]:
+    """Where to broadcast the variables of a custom loop: after the built model, else before the loop."""
+    model = _model_name(variables)
+    if model is not None:
+        built = _statement_that_builds(context, model)
+        if built is not None:
+            return built + ("after",)
+    loop = _training_loop(context, cell, facts, site)
+    if loop is not None:
+        return loop + ("before",)
+    return None
+
+
+def _model_name(variables: ast.expr) -> Optional[str]:
+    from ..facts import dotted_name
+
+    if isinstance(variables, ast.Attribute) and variables.attr in ("trainable_variables", "trainable_weights"):
+        return dotted_name(variables.value)
+    return None
+
+
+def _statement_that_builds(context, model: str):
+    """The module-level statement after which ``model``'s variables exist, if one can be seen."""
+    found = None
+    for cell, facts, assignment in context.facts.assignments(model):
+        if assignment.function is None and isinstance(assignment.value, ast.Call):
+            if model_is_built_by(context, assignment.value):
+                found = (cell, facts, top_level_statement(facts, assignment.stmt))
+    for cell, facts, site in context.facts.calls("build"):
+        if site.dotted == f"{model}.build" and site.function is None:
+            found = (cell, facts, top_level_statement(facts, site.stmt))
+    return found
+
+
+def model_is_built_by(context, call: ast.Call) -> bool:
+    """Does this constructor call return a model whose variables already exist?"""
+    from ..facts import dotted_name
+
+    name = context.facts.resolve(dotted_name(call.func))
+    if name in K.KERAS_BUILT_MODELS or name.startswith("tensorflow.keras.applications."):
+        return True
+    if name in K.KERAS_SEQUENTIAL and call.args and isinstance(call.args[0], ast.List) and call.args[0].elts:
+        first = call.args[0].elts[0]
+        if isinstance(first, ast.Call):
+            if any(keyword.arg in K.KERAS_INPUT_KEYWORDS for keyword in first.keywords):
+                return True
+            return context.facts.resolve(dotted_name(first.func)) in K.KERAS_INPUT_LAYERS
+    return False
+
+
+def _training_loop(context, cell, facts, site: CallSite):
+    """The module-level statement that runs the training: the loop calling the step function."""
+    if site.function is None:
+        return cell, facts, top_level_statement(facts, site.stmt)
+    for c_cell, c_facts, caller in context.facts.calls(site.function):
+        if caller.function is None:
+            return c_cell, c_facts, top_level_statement(c_facts, caller.stmt)
+    return None
+
+
+def _horovod_broadcast(context) -> bool:
+    for _, _, site in context.facts.all_calls():
+        resolved = context.facts.resolve(site.dotted)
+        if resolved.startswith("horovod.") and "roadcast" in resolved:
+            return True
+    return False

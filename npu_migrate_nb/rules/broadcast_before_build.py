@@ -1,0 +1,100 @@
+"""Broadcasting a Keras model's variables before they exist broadcasts nothing."""
+
+from __future__ import annotations
+
+import ast
+from typing import Iterable, Iterator
+
+from ..facts import dotted_name
+from ..findings import Finding
+from .base import Example, Rule
+from .broadcast import model_is_built_by
+
+
+class BroadcastBeforeBuild(Rule):
+    code = "broadcast-before-build"
+    step = "broadcast"
+    severity = "error"
+
+    VALID = [
+        "import tensorflow as tf\nimport npu_device as npu\n"
+        "model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(4,))])\n"
+        "npu.distribute.broadcast(model.trainable_variables)\n",
+        "import tensorflow as tf\nimport npu_device as npu\n"
+        "class Net(tf.keras.Model):\n    pass\n"
+        "model = Net()\nmodel.build((None, 4))\n"
+        "npu.distribute.broadcast(model.trainable_variables)\n",
+    ]
+    INVALID = [
+        # A subclassed model has no variables until it is built or called.
+        Example(
+            "import tensorflow as tf\nimport npu_device as npu\n"
+            "class Net(tf.keras.Model):\n    pass\n"
+            "# %%\n"
+            "model = Net()\n"
+            "npu.distribute.broadcast(model.trainable_variables)\n"
+        ),
+        # Sequential without an input shape: built on first call.
+        Example(
+            "import tensorflow as tf\nimport npu_device as npu\n"
+            "model = tf.keras.Sequential([tf.keras.layers.Dense(1)])\n"
+            "npu.distribute.broadcast(model.trainable_variables)\n"
+        ),
+    ]
+
+    def check(self, context) -> Iterable[Finding]:
+        return list(self._findings(context))
+
+    def _findings(self, context) -> Iterator[Finding]:
+        for cell, facts, site in context.facts.calls_to("npu_device.distribute.broadcast"):
+            values = site.argument(0, "values")
+            if not (isinstance(values, ast.Attribute) and values.attr in ("trainable_variables", "variables")):
+                continue
+            model = dotted_name(values.value)
+            if model is None or site.function is not None:
+                continue
+            if _unbuilt_at(context, model, cell, site.node.lineno):
+                yield self.finding(
+                    cell, facts, site.node,
+                    f"{model} has no variables yet here (it is built on first call), so this broadcast "
+                    f"syncs nothing: call {model}.build(input_shape) first, or broadcast after the model is built",
+                )
+
+
+def _unbuilt_at(context, model: str, cell: int, line: int) -> bool:
+    """Is ``model`` created, but not built, before (cell, line)?"""
+    created = None
+    for c, _, assignment in context.facts.assignments(model):
+        if assignment.function is None and (c, assignment.stmt.lineno) < (cell, line):
+            created = (c, assignment)
+    if created is None:
+        return False
+    c, assignment = created
+    value = assignment.value
+    if not isinstance(value, ast.Call) or model_is_built_by(context, value):
+        return False
+    if not _is_keras_model(context, value):
+        return False
+    for method in ("build", "fit", "predict", "evaluate", "__call__"):
+        for c2, _, call in context.facts.calls(method):
+            if call.dotted == f"{model}.{method}" and (c, assignment.stmt.lineno) < (c2, call.node.lineno) < (cell, line):
+                return False
+    for c2, _, call in context.facts.calls(model.rsplit(".", 1)[-1]):
+        if call.dotted == model and (c, assignment.stmt.lineno) < (c2, call.node.lineno) < (cell, line):
+            return False
+    return True
+
+
+def _is_keras_model(context, call: ast.Call) -> bool:
+    name = context.facts.resolve(dotted_name(call.func))
+    if name.startswith("tensorflow.keras."):
+        return True
+    if isinstance(call.func, ast.Name):
+        found = context.facts.cell_facts
+        for _, facts in context.facts.cells:
+            cls = facts.classes.get(call.func.id)
+            if cls is not None:
+                return any(
+                    context.facts.resolve(dotted_name(base)).startswith("tensorflow.keras") for base in cls.bases
+                )
+    return False

@@ -1,0 +1,113 @@
+"""Horovod calls left in the script: Horovod does not run on Ascend; the adapter's APIs replace them."""
+
+from __future__ import annotations
+
+import ast
+from typing import Iterable, Iterator, List, Optional
+
+from .. import knowledge as K
+from ..findings import NEEDS_NPU_BRIDGE, NEEDS_NPU_DEVICE, NEEDS_OS, Edit, Finding
+from .base import Example, Rule, remove_statement, replace, replace_with
+
+
+class HorovodLeftover(Rule):
+    code = "horovod-leftover"
+    step = None
+    severity = "error"
+
+    VALID = ["import tensorflow as tf\nx = tf.constant(1)\n"]
+    INVALID = [
+        Example(
+            "import tensorflow.compat.v1 as tf\n"
+            "import horovod.tensorflow as hvd\n"
+            "hvd.init()\n"
+            "opt = hvd.DistributedOptimizer(tf.train.AdamOptimizer(0.001 * hvd.size()))\n"
+            "hooks = [hvd.BroadcastGlobalVariablesHook(0)]\n",
+            "import tensorflow.compat.v1 as tf\n"
+            "import os\n"
+            "from npu_bridge.npu_init import *\n"
+            "opt = npu_distributed_optimizer_wrapper(tf.train.AdamOptimizer(0.001 * int(os.getenv('RANK_SIZE', '1'))))\n"
+            "hooks = [NPUBroadcastGlobalVariablesHook(0, int(os.getenv('RANK_ID', '0')))]\n",
+        ),
+        Example(
+            "import tensorflow as tf\n"
+            "import horovod.tensorflow as hvd\n"
+            "hvd.broadcast_variables(model.variables, root_rank=0)\n"
+            "grads = hvd.allreduce(grads, op=hvd.Sum)\n",
+            "import tensorflow as tf\n"
+            "import npu_device as npu\n"
+            "npu.open().as_default()\n"
+            "npu.distribute.broadcast(model.variables, root_rank=0)\n"
+            "grads = npu.distribute.all_reduce(grads, reduction=\"sum\")\n",
+        ),
+    ]
+
+    def check(self, context) -> Iterable[Finding]:
+        findings = list(self._calls(context))
+        if findings and all(finding.edits for finding in findings):
+            findings += list(self._imports(context))
+        return findings
+
+    def _calls(self, context) -> Iterator[Finding]:
+        for cell, facts, site in context.facts.all_calls():
+            name = context.facts.resolve(site.dotted)
+            if not name.startswith("horovod."):
+                continue
+            if site.argument_of is not None and context.facts.resolve(site.argument_of.dotted).startswith("horovod."):
+                continue  # fixed with the call around it
+            edits = _replacement(context, cell, facts, site, name.split(".", 1)[1])
+            what = f"hvd.{name.split('.', 1)[1]}"
+            advice = "replaced by the adapter's equivalent" if edits else "no adapter equivalent: remove it"
+            yield self.finding(
+                cell, facts, site.node, f"Horovod call left in the script: {what} does not run on Ascend ({advice})",
+                edits or (),
+            )
+
+    def _imports(self, context) -> Iterator[Finding]:
+        for cell, facts in context.facts.cells:
+            for fact in facts.imports:
+                if fact.module.startswith("horovod") and fact.function is None:
+                    yield self.finding(
+                        cell, facts, fact.stmt, "Horovod import no longer used",
+                        [remove_statement(cell, facts, fact.stmt)], severity="info",
+                    )
+
+
+def _replacement(context, cell, facts, site, api: str) -> Optional[List[Edit]]:
+    npu = context.npu
+    segment = facts.segment
+    first = site.node.args[0] if site.node.args else None
+    if api == "init":
+        if isinstance(site.stmt, ast.Expr) and site.stmt.value is site.node:
+            return [remove_statement(cell, facts, site.stmt)]
+        return None
+    if api == "size":
+        return [replace(cell, facts, site.node, K.RANK_SIZE_EXPR, [NEEDS_OS])]
+    if api == "rank":
+        return [replace(cell, facts, site.node, K.RANK_ID_EXPR, [NEEDS_OS])]
+    if api == "local_rank":
+        return [replace(cell, facts, site.node, "int(os.getenv('ASCEND_DEVICE_ID', '0'))", [NEEDS_OS])]
+    if api == "DistributedOptimizer" and first is not None:
+        wrapper = (
+            "npu_distributed_optimizer_wrapper" if context.tf1
+            else f"{npu}.distribute.npu_distributed_keras_optimizer_wrapper"
+        )
+        needs = NEEDS_NPU_BRIDGE if context.tf1 else NEEDS_NPU_DEVICE
+        return [replace_with(cell, facts, site.node, wrapper + "({optimizer})", [needs], optimizer=first)]
+    if api == "BroadcastGlobalVariablesHook":
+        return [replace(cell, facts, site.node, K.BROADCAST_HOOK_EXPR, [NEEDS_NPU_BRIDGE, NEEDS_OS])]
+    if api == "callbacks.BroadcastGlobalVariablesCallback" and context.tf1:
+        return [replace(cell, facts, site.node, "NPUBroadcastGlobalVariablesCallback(0)", [NEEDS_NPU_BRIDGE])]
+    if api == "broadcast_variables" and first is not None and not context.tf1:
+        args = ", ".join(segment(a) for a in site.node.args)
+        keywords = ", ".join(f"{k.arg}={segment(k.value)}" for k in site.node.keywords if k.arg == "root_rank")
+        code = f"{npu}.distribute.broadcast({', '.join(filter(None, [args, keywords]))})"
+        return [replace(cell, facts, site.node, code, [NEEDS_NPU_DEVICE])]
+    if api == "allreduce" and first is not None and not context.tf1:
+        op = site.keyword("op") or site.keyword("average")
+        reduction = "mean"
+        if op is not None and (facts.segment(op.value).endswith("Sum") or facts.segment(op.value) == "False"):
+            reduction = "sum"
+        code = f'{npu}.distribute.all_reduce({segment(first)}, reduction="{reduction}")'
+        return [replace(cell, facts, site.node, code, [NEEDS_NPU_DEVICE])]
+    return None

@@ -1,0 +1,48 @@
+"""``get_rank_id()``/``get_rank_size()`` raise ValueError until collective communication is initialised."""
+
+from __future__ import annotations
+
+from typing import Iterable, Iterator
+
+from .. import knowledge as K
+from ..findings import NEEDS_OS, Finding
+from .base import Example, Rule, replace
+
+REPLACEMENTS = {
+    "npu_bridge.get_rank_id": K.RANK_ID_EXPR,
+    "npu_bridge.get_rank_size": K.RANK_SIZE_EXPR,
+    "npu_bridge.get_local_rank_id": "int(os.getenv('ASCEND_DEVICE_ID', os.getenv('DEVICE_ID', '0')))",
+}
+
+
+class RankFromHcclTooEarly(Rule):
+    code = "rank-from-hccl-too-early"
+    step = None
+    severity = "warning"
+
+    VALID = [
+        "import os\nrank_size = int(os.getenv('RANK_SIZE', '1'))\n",
+    ]
+    INVALID = [
+        Example(
+            "import os\nfrom hccl.manage.api import get_rank_size, get_rank_id\n"
+            "ds = ds.shard(get_rank_size(), get_rank_id())\n",
+            "import os\nfrom hccl.manage.api import get_rank_size, get_rank_id\n"
+            "ds = ds.shard(int(os.getenv('RANK_SIZE', '1')), int(os.getenv('RANK_ID', '0')))\n",
+        ),
+    ]
+
+    def check(self, context) -> Iterable[Finding]:
+        return list(self._findings(context))
+
+    def _findings(self, context) -> Iterator[Finding]:
+        for cell, facts, site in context.facts.calls_to(*REPLACEMENTS):
+            name = context.facts.resolve(site.dotted)
+            if site.node.args or site.node.keywords:
+                continue  # a group other than the world group: leave it to the user
+            yield self.finding(
+                cell, facts, site.node,
+                f"{site.method}() raises ValueError until collective communication is initialised "
+                "(when the session starts); read the environment instead, which works at any time",
+                [replace(cell, facts, site.node, REPLACEMENTS[name], [NEEDS_OS])],
+            )

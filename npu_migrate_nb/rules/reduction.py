@@ -1,0 +1,127 @@
+"""Which all-reduce keeps the single-card math for a custom loop: "sum" or "mean", and why.
+
+With the global batch B split over N ranks, a loss already divided by the GLOBAL batch
+(``reduce_sum(...) / B``, ``compute_average_loss(..., global_batch_size=B)``, a strategy reducing
+with ``ReduceOp.SUM``) gives per-rank gradients that add up to the single-card gradient: "sum".
+A per-rank mean loss (``reduce_mean``, a Keras loss with its default reduction) needs "mean".
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import TYPE_CHECKING, Optional, Tuple
+
+from ..facts import CallSite, CellFacts
+
+if TYPE_CHECKING:
+    from ..analysis import Context
+
+SUM, MEAN = "sum", "mean"
+
+
+def reduction_for(context: "Context", facts: CellFacts, gradient: CallSite) -> Tuple[str, str]:
+    """(reduction, reason) for the gradients of ``tape.gradient(loss, ...)``."""
+    if context.facts.uses_name("ReduceOp") and _script_reduces_with_sum(context):
+        return SUM, "the script already reduces with ReduceOp.SUM"
+    loss = gradient.argument(0, "target")
+    expression = _definition(facts, gradient, loss)
+    verdict = _classify(context, facts, expression, depth=0) if expression is not None else None
+    if verdict is None:
+        return MEAN, "the loss is a per-rank mean (no division by the global batch size was found)"
+    return verdict
+
+
+def _script_reduces_with_sum(context: "Context") -> bool:
+    for _, _, site in context.facts.all_calls():
+        for arg in list(site.node.args) + [keyword.value for keyword in site.node.keywords]:
+            if isinstance(arg, ast.Attribute) and arg.attr == "SUM" and _attr_chain_has(arg, "ReduceOp"):
+                return True
+    return False
+
+
+def _attr_chain_has(node: ast.AST, name: str) -> bool:
+    while isinstance(node, ast.Attribute):
+        if node.attr == name:
+            return True
+        node = node.value
+    return isinstance(node, ast.Name) and node.id == name
+
+
+def _definition(facts: CellFacts, site: CallSite, loss: Optional[ast.expr]) -> Optional[ast.expr]:
+    """The expression that last defined ``loss`` before the gradient call, in the same scope."""
+    if loss is None:
+        return None
+    if not isinstance(loss, ast.Name):
+        return loss
+    before = [
+        assignment
+        for assignment in facts.assignments.get(loss.id, ())
+        if assignment.function == site.function and assignment.stmt.lineno <= site.node.lineno
+    ]
+    return before[-1].value if before else None
+
+
+def _classify(context: "Context", facts: CellFacts, expression: ast.AST, depth: int) -> Optional[Tuple[str, str]]:
+    for node in ast.walk(expression):
+        if isinstance(node, ast.Call):
+            name = context.facts.resolve(_callee(node)).rsplit(".", 1)[-1]
+            if name == "compute_average_loss":
+                if any(keyword.arg == "global_batch_size" for keyword in node.keywords) or len(node.args) > 2:
+                    return SUM, "the loss is divided by the global batch size (compute_average_loss)"
+                return MEAN, "compute_average_loss without global_batch_size averages per rank"
+            if name == "reduce_mean":
+                return MEAN, "the loss is a per-rank mean (reduce_mean)"
+        if isinstance(node, ast.BinOp) and _sum_divided_by_batch(node, context):
+            return SUM, "the loss is a sum divided by the global batch size"
+    if depth == 0:
+        return _classify_helper(context, expression)
+    return None
+
+
+def _sum_divided_by_batch(node: ast.BinOp, context: "Context") -> bool:
+    """``reduce_sum(x) / B`` or ``reduce_sum(x) * (1.0 / B)``, B not the per-rank batch."""
+    if isinstance(node.op, ast.Div):
+        left, divisor = node.left, node.right
+    elif isinstance(node.op, ast.Mult) and isinstance(node.right, ast.BinOp) and isinstance(node.right.op, ast.Div):
+        left, divisor = node.left, node.right.right
+    else:
+        return False
+    if not _is_reduce_sum(left, context):
+        return False
+    return not _is_per_rank_batch(divisor)
+
+
+def _is_reduce_sum(node: ast.AST, context: "Context") -> bool:
+    return isinstance(node, ast.Call) and context.facts.resolve(_callee(node)).endswith("reduce_sum")
+
+
+def _is_per_rank_batch(node: ast.AST) -> bool:
+    """``tf.shape(x)[0]``, ``len(x)`` or a per-rank batch name count as a per-rank mean."""
+    if isinstance(node, ast.Subscript) or (isinstance(node, ast.Call) and _callee(node) in ("len", "tf.size")):
+        return True
+    return isinstance(node, ast.Name) and node.id in ("rank_batch_size", "local_batch_size", "per_replica_batch_size")
+
+
+def _classify_helper(context: "Context", expression: ast.AST) -> Optional[Tuple[str, str]]:
+    """The loss comes from a helper function: classify what the helper returns."""
+    if not isinstance(expression, ast.Call) or not isinstance(expression.func, ast.Name):
+        return None
+    found = context.facts.function(expression.func.id)
+    if found is None:
+        return None
+    _, helper_facts, function = found
+    for node in ast.walk(function):
+        if isinstance(node, ast.Return) and node.value is not None:
+            verdict = _classify(context, helper_facts, node.value, depth=1)
+            if verdict is None and isinstance(node.value, ast.Name):
+                values = [a.value for a in helper_facts.assignments.get(node.value.id, ()) if a.function == function.name]
+                verdict = _classify(context, helper_facts, values[-1], depth=1) if values else None
+            if verdict is not None:
+                return verdict
+    return None
+
+
+def _callee(node: ast.Call) -> str:
+    from ..facts import dotted_name
+
+    return dotted_name(node.func) or ""

@@ -1,0 +1,133 @@
+"""Imports and device setup the adapter's APIs need, added once, where they belong, only when missing."""
+
+from __future__ import annotations
+
+import ast
+from typing import AbstractSet, Iterable, List, Optional, Set, Tuple
+
+from ..facts import NPU_BRIDGE_NAMES
+from ..findings import NEEDS_NPU_BRIDGE, NEEDS_NPU_DEVICE, NEEDS_OS, Edit, Finding
+from .base import Example, Rule, insert_after, insert_before
+
+
+class MissingSetup(Rule):
+    code = "missing-setup"
+    step = None
+    severity = "error"
+
+    VALID = [
+        "import os\nfrom npu_bridge.npu_init import *\nopt = npu_distributed_optimizer_wrapper(opt)\n",
+        "import npu_device as npu\nnpu.open().as_default()\nnpu.distribute.broadcast(v)\n",
+    ]
+    INVALID = [
+        # Adapter names used without their import.
+        Example(
+            "import tensorflow as tf\nopt = npu_distributed_optimizer_wrapper(tf.train.AdamOptimizer())\n",
+            "import tensorflow as tf\nfrom npu_bridge.npu_init import *\n"
+            "opt = npu_distributed_optimizer_wrapper(tf.train.AdamOptimizer())\n",
+        ),
+        # npu_device imported but never opened: the distribute APIs would not be live.
+        Example(
+            "import tensorflow as tf\nimport npu_device as npu\nnpu.distribute.broadcast(model.trainable_variables)\n",
+            "import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\n"
+            "npu.distribute.broadcast(model.trainable_variables)\n",
+        ),
+    ]
+
+    def check(self, context) -> Iterable[Finding]:
+        needs = needs_of_existing_code(context)
+        planned = setup_plan(context, needs)
+        if planned is None:
+            return []
+        cell, facts, node, edit = planned
+        return [
+            self.finding(
+                cell, facts, node,
+                "the adapter's APIs are used without their setup: add " + " / ".join(edit.code.splitlines()),
+                [edit],
+            )
+        ]
+
+
+def needs_of_existing_code(context) -> Set[str]:
+    needs = set()
+    for _, facts in context.facts.cells:
+        for name in NPU_BRIDGE_NAMES & facts.names:
+            bare_calls = [site for site in facts.calls_by_method.get(name, ()) if site.dotted == name]
+            if bare_calls and name not in context.facts.aliases:
+                needs.add(NEEDS_NPU_BRIDGE)
+    if context.uses(*_NPU_DEVICE_APIS):
+        needs.add(NEEDS_NPU_DEVICE)
+    if context.facts.uses_name("getenv") and any(
+        site.dotted == "os.getenv" for _, _, site in context.facts.calls("getenv")
+    ):
+        needs.add(NEEDS_OS)
+    return needs
+
+
+_NPU_DEVICE_APIS = (
+    "npu_device.distribute.broadcast",
+    "npu_device.distribute.all_reduce",
+    "npu_device.distribute.shard_and_rebatch_dataset",
+    "npu_device.distribute.npu_distributed_keras_optimizer_wrapper",
+)
+
+
+def setup_lines(context, needs: AbstractSet[str]) -> List[str]:
+    """The setup statements still missing for ``needs``, in the order they must run."""
+    facts = context.facts
+    lines = []
+    if NEEDS_OS in needs and facts.aliases.get("os") != "os":
+        lines.append("import os")
+    if NEEDS_NPU_BRIDGE in needs and not _has_star_import(facts):
+        lines.append("from npu_bridge.npu_init import *")
+    if NEEDS_NPU_DEVICE in needs:
+        if facts.alias_for("npu_device") is None:
+            lines.append(f"import npu_device as {context.npu}")
+        if not context.uses("npu_device.open"):
+            lines.append(f"{context.npu}.open().as_default()")
+    return lines
+
+
+def setup_plan(context, needs: AbstractSet[str]) -> Optional[Tuple[int, object, ast.AST, Edit]]:
+    lines = setup_lines(context, needs)
+    if not lines:
+        return None
+    only_open = lines == [f"{context.npu}.open().as_default()"]
+    anchor = _anchor(context, ("npu_device",) if only_open else ("tensorflow", "npu_device"))
+    if anchor is None:
+        return None
+    cell, facts, stmt, where = anchor
+    code = "\n".join(lines)
+    edit = (insert_after if where == "after" else insert_before)(cell, facts, stmt, code)
+    return cell, facts, stmt, edit
+
+
+def _has_star_import(facts) -> bool:
+    return any(module.startswith("npu_bridge") for module in facts.star_modules)
+
+
+def _anchor(context, modules: Tuple[str, ...]):
+    """After the notebook's first import of one of ``modules``; else after its first import; else at the top."""
+    first_import = None
+    for cell, facts in context.facts.cells:
+        for fact in facts.imports:
+            if fact.function is not None or fact.stmt not in facts.tree.body:
+                continue
+            if fact.module.split(".")[0] in modules:
+                return cell, facts, fact.stmt, "after"
+            if first_import is None:
+                first_import = (cell, facts, fact.stmt, "after")
+    if first_import is not None:
+        return first_import
+    for cell, facts in context.facts.cells:
+        body = [stmt for stmt in facts.tree.body if not _is_docstring_or_future(stmt)]
+        if body:
+            return cell, facts, body[0], "before"
+    return None
+
+
+def _is_docstring_or_future(stmt: ast.stmt) -> bool:
+    if isinstance(stmt, ast.ImportFrom) and stmt.module == "__future__":
+        return True
+    return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)

@@ -1,0 +1,275 @@
+"""Dataset sharding (数据集分片): each rank reads its own slice, with the global batch split across ranks."""
+
+from __future__ import annotations
+
+import ast
+from typing import Iterable, Iterator, List, Optional, Tuple
+
+from .. import knowledge as K
+from ..facts import CallSite, CellFacts
+from ..findings import NEEDS_NPU_DEVICE, NEEDS_OS, Edit, Finding
+from .base import (
+    Example,
+    Rule,
+    add_argument,
+    insert_after,
+    insert_before,
+    receiver_name,
+    replace,
+    replace_with,
+    single_target,
+)
+
+RANK_BATCH = "rank_batch_size"
+
+
+class MissingShard(Rule):
+    code = "missing-shard"
+    step = "shard"
+    severity = "error"
+
+    VALID = [
+        "import tensorflow as tf\nimport os\n"
+        "ds = tf.data.Dataset.from_tensor_slices(x).shard(int(os.getenv('RANK_SIZE', '1')), int(os.getenv('RANK_ID', '0')))\n"
+        "estimator = tf.estimator.Estimator(model_fn=f)\n",
+        "import tensorflow as tf\nimport npu_device as npu\n"
+        "ds = tf.data.Dataset.from_tensor_slices(x)\n"
+        "ds, rank_batch_size = npu.distribute.shard_and_rebatch_dataset(ds, 64)\n"
+        "ds = ds.batch(rank_batch_size)\n"
+        "model.compile(optimizer='sgd', loss='mse')\nmodel.fit(ds)\n",
+    ]
+
+    INVALID = [
+        # TF1 (Estimator): shard right after the source, before shuffle and batch; split the batch.
+        Example(
+            "import tensorflow as tf\n"
+            "def train_input_fn():\n"
+            "    ds = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(1000).batch(64)\n"
+            "    return ds.repeat()\n"
+            "# %%\n"
+            "estimator = tf.estimator.Estimator(model_fn=model_fn)\n",
+            "import tensorflow as tf\n"
+            "import os\n"
+            "def train_input_fn():\n"
+            "    ds = tf.data.Dataset.from_tensor_slices((x, y)).shard(int(os.getenv('RANK_SIZE', '1')), int(os.getenv('RANK_ID', '0'))).shuffle(1000).batch(64 // int(os.getenv('RANK_SIZE', '1')))\n"
+            "    return ds.repeat()\n"
+            "# %%\n"
+            "estimator = tf.estimator.Estimator(model_fn=model_fn)\n",
+        ),
+        # TF2: a method chain is split so that shard_and_rebatch_dataset comes before shuffle and batch.
+        Example(
+            "import tensorflow as tf\n"
+            "import npu_device as npu\n"
+            "npu.open().as_default()\n"
+            "BATCH_SIZE = 64\n"
+            "train_ds = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(1000).batch(BATCH_SIZE)\n"
+            "model.compile(optimizer='sgd', loss='mse')\n"
+            "model.fit(train_ds, epochs=1)\n",
+            "import tensorflow as tf\n"
+            "import npu_device as npu\n"
+            "npu.open().as_default()\n"
+            "BATCH_SIZE = 64\n"
+            "train_ds = tf.data.Dataset.from_tensor_slices((x, y))\n"
+            "train_ds, rank_batch_size = npu.distribute.shard_and_rebatch_dataset(train_ds, BATCH_SIZE)\n"
+            "train_ds = train_ds.shuffle(1000).batch(rank_batch_size)\n"
+            "model.compile(optimizer='sgd', loss='mse')\n"
+            "model.fit(train_ds, epochs=1)\n",
+        ),
+        # TF2: the batch is applied in a later statement; the pipeline is returned from a helper.
+        Example(
+            "import tensorflow as tf\n"
+            "def make_dataset():\n"
+            "    ds = tf.data.Dataset.from_tensor_slices((x, y))\n"
+            "    ds = ds.map(parse)\n"
+            "    return ds.batch(32)\n"
+            "# %%\n"
+            "for images, labels in make_dataset():\n"
+            "    with tf.GradientTape() as tape:\n"
+            "        loss = tf.reduce_mean(model(images))\n"
+            "    grads = tape.gradient(loss, model.trainable_variables)\n",
+            "import tensorflow as tf\n"
+            "import npu_device as npu\n"
+            "npu.open().as_default()\n"
+            "def make_dataset():\n"
+            "    ds = tf.data.Dataset.from_tensor_slices((x, y))\n"
+            "    ds, rank_batch_size = npu.distribute.shard_and_rebatch_dataset(ds, 32)\n"
+            "    ds = ds.map(parse)\n"
+            "    return ds.batch(rank_batch_size)\n"
+            "# %%\n"
+            "for images, labels in make_dataset():\n"
+            "    with tf.GradientTape() as tape:\n"
+            "        loss = tf.reduce_mean(model(images))\n"
+            "    grads = tape.gradient(loss, model.trainable_variables)\n",
+        ),
+        # Numpy arrays given to fit: each rank takes every N-th sample, the batch is split.
+        Example(
+            "import tensorflow as tf\n"
+            "(x_train, y_train), _ = tf.keras.datasets.mnist.load_data()\n"
+            "model.compile(optimizer='adam', loss='sparse_categorical_crossentropy')\n"
+            "model.fit(x_train, y_train, batch_size=128, epochs=2)\n",
+            "import tensorflow as tf\n"
+            "import os\n"
+            "(x_train, y_train), _ = tf.keras.datasets.mnist.load_data()\n"
+            "model.compile(optimizer='adam', loss='sparse_categorical_crossentropy')\n"
+            "rank_size, rank_id = int(os.getenv('RANK_SIZE', '1')), int(os.getenv('RANK_ID', '0'))\n"
+            "model.fit(x_train[rank_id::rank_size], y_train[rank_id::rank_size], batch_size=128 // rank_size, epochs=2)\n",
+        ),
+    ]
+
+    def check(self, context) -> Iterable[Finding]:
+        if context.steps["shard"] != "missing":
+            return []
+        findings: List[Finding] = []
+        for cell, facts, site in context.facts.calls_to(*K.DATASET_SOURCES):
+            if site.argument_of is not None and context.facts.resolve(site.argument_of.dotted) in K.DATASET_SOURCES:
+                continue  # Dataset.zip((a, b)): shard the zip, not each part
+            if _for_evaluation(facts, site):
+                continue
+            findings.append(self._shard_pipeline(context, cell, facts, site))
+        if "keras" in context.frameworks:
+            findings += self._shard_arrays(context)
+        return findings
+
+    # -- tf.data pipelines
+    def _shard_pipeline(self, context, cell, facts: CellFacts, source: CallSite) -> Finding:
+        batch = _batch_of(facts, source)
+        edits = None
+        if not context.tf1 and batch is not None:
+            edits = _shard_and_rebatch(context, cell, facts, source, batch)
+        if edits is None:
+            edits = _env_shard(cell, facts, source, batch)
+            how = "add .shard(RANK_SIZE, RANK_ID) right after the source, before shuffle and batch"
+        else:
+            how = "add npu.distribute.shard_and_rebatch_dataset before shuffle and batch"
+        split = " and split the global batch across ranks" if batch is not None else ""
+        return self.finding(
+            cell, facts, source.node,
+            f"every rank reads the same data: {how}{split}", edits,
+        )
+
+    # -- numpy arrays given to fit
+    def _shard_arrays(self, context) -> Iterator[Finding]:
+        for cell, facts, site in context.facts.calls("fit"):
+            x = site.argument(0, "x")
+            y = site.argument(1, "y")
+            if x is None or y is None or receiver_name(site) is None:
+                continue
+            yield self.finding(
+                cell, facts, x,
+                "every rank trains on all the arrays: give each rank every N-th sample "
+                "(x[rank_id::rank_size]) and split the batch size across ranks",
+                _array_edits(cell, facts, site, x, y),
+            )
+
+
+def _for_evaluation(facts: CellFacts, site: CallSite) -> bool:
+    names = [site.function or ""]
+    target = single_target(site.chain()[-1].stmt)
+    if target:
+        names.append(target)
+    return any(word in name.lower() for name in names for word in K.EVALUATION_WORDS)
+
+
+def _batch_of(facts: CellFacts, source: CallSite) -> Optional[CallSite]:
+    """The ``.batch(...)`` applied to this pipeline: in its chain, or later on the same variable."""
+    for site in source.chain()[1:]:
+        if site.method in K.BATCH_METHODS:
+            return site
+    top = source.chain()[-1]
+    variable = single_target(top.stmt)
+    if variable is None or top.stmt.value is not top.node:
+        return None
+    for site in facts.calls_by_method.get("batch", []) + facts.calls_by_method.get("padded_batch", []):
+        if site.function == source.function and site.node.lineno > top.stmt.end_lineno and _chain_root(site) == variable:
+            return site
+    return None
+
+
+def _chain_root(site: CallSite) -> Optional[str]:
+    node = site.receiver
+    while isinstance(node, (ast.Call, ast.Attribute)):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _batch_argument(batch: CallSite) -> Optional[ast.expr]:
+    return batch.argument(0, "batch_size")
+
+
+def _env_shard(cell, facts: CellFacts, source: CallSite, batch: Optional[CallSite]) -> List[Edit]:
+    shard = f"{{source}}.shard({K.RANK_SIZE_EXPR}, {K.RANK_ID_EXPR})"
+    edits = [replace_with(cell, facts, source.node, shard, [NEEDS_OS], source=source.node)]
+    size = _batch_argument(batch) if batch is not None else None
+    if size is not None:
+        edits.append(_divided(cell, facts, size, K.RANK_SIZE_EXPR, [NEEDS_OS]))
+    return edits
+
+
+def _divided(cell, facts: CellFacts, size: ast.expr, divisor: str, needs) -> Edit:
+    pattern = "{size}" if _is_simple(size) else "({size})"
+    return replace_with(cell, facts, size, f"{pattern} // {divisor}", needs, size=size)
+
+
+def _shard_and_rebatch(context, cell, facts: CellFacts, source: CallSite, batch: CallSite) -> Optional[List[Edit]]:
+    """The TF2 shape: ``ds, rank_batch_size = npu.distribute.shard_and_rebatch_dataset(ds, B)``."""
+    size = _batch_argument(batch)
+    if size is None:
+        return None
+    top = source.chain()[-1]
+    stmt = top.stmt
+    if top.node is not getattr(stmt, "value", None):
+        return None
+    variable = single_target(stmt) if isinstance(stmt, (ast.Assign, ast.AnnAssign)) else None
+    if variable is None and not isinstance(stmt, ast.Return):
+        return None
+    dataset = variable or "dataset"
+    rebatch = (
+        f"{dataset}, {RANK_BATCH} = {context.npu}.distribute.shard_and_rebatch_dataset"
+        f"({dataset}, {facts.segment(size)})"
+    )
+    needs = [NEEDS_NPU_DEVICE]
+    edits = [replace(cell, facts, size, RANK_BATCH, needs)]
+    if top is source and variable is not None:
+        edits.append(insert_after(cell, facts, stmt, rebatch, needs))
+    else:
+        first = f"{dataset} = {facts.segment(source.node)}"
+        edits.append(insert_before(cell, facts, stmt, f"{first}\n{rebatch}", needs))
+        edits.append(replace(cell, facts, source.node, dataset, needs))
+    return edits
+
+
+def _array_edits(cell, facts: CellFacts, site: CallSite, x: ast.expr, y: ast.expr) -> List[Edit]:
+    needs = [NEEDS_OS]
+    rank_slice = "[rank_id::rank_size]"
+    edits = [
+        insert_before(
+            cell, facts, site.stmt, f"rank_size, rank_id = {K.RANK_SIZE_EXPR}, {K.RANK_ID_EXPR}", needs
+        ),
+        _sliced(cell, facts, x, rank_slice, needs),
+        _sliced(cell, facts, y, rank_slice, needs),
+    ]
+    batch_size = site.keyword("batch_size")
+    if batch_size is not None:
+        edits.append(_divided(cell, facts, batch_size.value, "rank_size", needs))
+    else:
+        edits.append(add_argument(cell, facts, site.node, "batch_size=32 // rank_size", needs))
+    return edits
+
+
+def _sliced(cell, facts: CellFacts, array: ast.expr, rank_slice: str, needs) -> Edit:
+    pattern = "{array}" if _is_simple(array) else "({array})"
+    return replace_with(cell, facts, array, pattern + rank_slice, needs, array=array)
+
+
+def _is_simple(node: ast.expr) -> bool:
+    """Can an operator or a subscript follow this node's code without parentheses?"""
+    return isinstance(node, (ast.Name, ast.Attribute, ast.Subscript, ast.Call, ast.Constant))
+
+
+def batch_call_sites(facts: CellFacts) -> Iterator[CallSite]:
+    for method in K.BATCH_METHODS:
+        yield from facts.calls_by_method.get(method, ())
+
+
+def pipeline_of(site: CallSite) -> Tuple[CallSite, ...]:
+    return tuple(site.chain())

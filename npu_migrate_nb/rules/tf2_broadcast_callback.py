@@ -1,0 +1,81 @@
+"""The TF2 ``NPUBroadcastGlobalVariablesCallback`` never broadcasts (its hook is defined inside __init__)."""
+
+from __future__ import annotations
+
+import ast
+from typing import Iterable, Iterator, Optional
+
+from .. import knowledge as K
+from ..findings import NEEDS_NPU_DEVICE, Finding
+from .base import Example, Rule, insert_before, receiver_name, remove_element, remove_statement
+
+
+class TF2BroadcastCallback(Rule):
+    code = "tf2-broadcast-callback"
+    step = "broadcast"
+    severity = "error"
+
+    VALID = [
+        "import npu_device as npu\nnpu.distribute.broadcast(model.trainable_variables)\nmodel.fit(ds)\n",
+        # The TF1 callback works.
+        "from npu_bridge.npu_init import *\nmodel.fit(x, y, callbacks=[NPUBroadcastGlobalVariablesCallback(0)])\n",
+    ]
+    INVALID = [
+        Example(
+            "import npu_device as npu\n"
+            "npu.open().as_default()\n"
+            "model.compile(optimizer='sgd', loss='mse')\n"
+            "model.fit(ds, callbacks=[tb, npu.distribute.NPUBroadcastGlobalVariablesCallback(0)])\n",
+            "import npu_device as npu\n"
+            "npu.open().as_default()\n"
+            "model.compile(optimizer='sgd', loss='mse')\n"
+            "npu.distribute.broadcast(model.trainable_variables)\n"
+            "model.fit(ds, callbacks=[tb])\n",
+        ),
+    ]
+
+    def check(self, context) -> Iterable[Finding]:
+        return list(self._findings(context))
+
+    def _findings(self, context) -> Iterator[Finding]:
+        callbacks = set(K.TF2_BROADCAST_CALLBACKS)
+        if not context.tf1:
+            callbacks.add("npu_bridge.NPUBroadcastGlobalVariablesCallback")
+        for cell, facts, site in context.facts.calls_to(*callbacks):
+            edits = self._edits(context, cell, facts, site)
+            yield self.finding(
+                cell, facts, site.node,
+                "the TF2 NPUBroadcastGlobalVariablesCallback never broadcasts (a defect of the adapter): "
+                f"call {context.npu}.distribute.broadcast(model.trainable_variables) before fit instead",
+                edits,
+            )
+
+    def _edits(self, context, cell, facts, site):
+        fit = _fit_using(facts, site)
+        if fit is None:
+            return []
+        model = receiver_name(fit)
+        parent = _list_holding(site)
+        if parent is not None:
+            removal = remove_element(cell, facts, site.node)
+        elif site.argument_of is not None and site.argument_of.method == "append" and site.stmt.value is site.argument_of.node:
+            removal = remove_statement(cell, facts, site.stmt)
+        else:
+            return []
+        code = f"{context.npu}.distribute.broadcast({model}.trainable_variables)"
+        return [removal, insert_before(cell, facts, fit.stmt, code, [NEEDS_NPU_DEVICE])]
+
+
+def _fit_using(facts, site) -> Optional[object]:
+    fits = facts.calls_by_method.get("fit", ())
+    for fit in fits:
+        if fit.node.lineno >= site.node.lineno and fit.function == site.function and receiver_name(fit):
+            return fit
+    return None
+
+
+def _list_holding(site) -> Optional[ast.List]:
+    for node in ast.walk(site.stmt):
+        if isinstance(node, ast.List) and any(element is site.node for element in node.elts):
+            return node
+    return None

@@ -1,0 +1,64 @@
+"""Stand-ins for the Ascend adapter modules (``npu_bridge``, ``npu_device``, ``hccl``).
+
+The folder is laid out as the real import paths, so adding :data:`ADAPTER_DIR` to ``sys.path``
+makes ``from npu_bridge.npu_init import *`` and ``import npu_device as npu`` work unchanged on a
+CPU-only machine. Nothing here is importable until :func:`enable` is called, and ``enable`` refuses
+to shadow a real adapter. The stand-ins carry their collectives over MPI via
+:mod:`npu_migrate_nb.sim.comm`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import logging
+import os
+import sys
+
+ADAPTER_DIR = os.path.dirname(os.path.abspath(__file__))
+STAND_IN_PACKAGES = ("npu_bridge", "npu_device", "hccl")
+
+logger = logging.getLogger("npu_migrate_nb.sim")
+
+
+def _real_adapter_present() -> bool:
+    return any(importlib.util.find_spec(name) is not None for name in ("npu_bridge", "npu_device"))
+
+
+def enable() -> bool:
+    """Put the stand-ins on ``sys.path`` unless a real adapter is importable.
+
+    Returns True when simulation is on (the stand-ins are what ``import npu_bridge`` gives).
+    """
+    if is_enabled():
+        return True
+    if _real_adapter_present():
+        return False
+    sys.path.insert(0, ADAPTER_DIR)
+    importlib.invalidate_caches()
+    return True
+
+
+def is_enabled() -> bool:
+    """True when the stand-ins are on ``sys.path``."""
+    return ADAPTER_DIR in sys.path
+
+
+def disable() -> None:
+    """Take the stand-ins off ``sys.path`` and forget the imported stand-in modules."""
+    while ADAPTER_DIR in sys.path:
+        sys.path.remove(ADAPTER_DIR)
+    for name in list(sys.modules):
+        if name.split(".")[0] in STAND_IN_PACKAGES and _is_stand_in(sys.modules[name]):
+            del sys.modules[name]
+    importlib.invalidate_caches()
+
+
+def _is_stand_in(module) -> bool:
+    path = getattr(module, "__file__", None) or ""
+    return os.path.abspath(path).startswith(ADAPTER_DIR + os.sep)
+
+
+def warn_pitfall(code: str, message: str) -> None:
+    """Log a warning that names the analyzer's pitfall code, e.g. ``hooks-tuple``."""
+    logger.warning("%s: %s", code, message, extra={"pitfall": code})

@@ -1,0 +1,498 @@
+"""Collectives for the simulated Ascend cluster, carried by MPI (mpi4py, COMM_WORLD).
+
+Who am I, how many are we:
+    * started by ``mpiexec`` (PMI/OMPI variables present): rank and size come from MPI;
+    * otherwise from the Ascend environment (``RANK_SIZE``/``CM_WORKER_SIZE``, ``RANK_ID``);
+      size 1 makes every collective a no-op, size > 1 without MPI is an error.
+
+Three layers, each usable on its own:
+    * numpy: :func:`allreduce_arrays`, :func:`broadcast_arrays` (one fused buffer per dtype);
+    * TensorFlow: :func:`all_reduce`, :func:`broadcast` work eagerly, inside ``tf.function`` and
+      in TF1 graphs. In a graph each API call becomes ONE ``tf.numpy_function`` op holding all
+      its tensors, and successive ops of the same kind in the same graph are chained by control
+      dependencies, so every rank issues the MPI calls in the same order whatever order the
+      executor picks. All-reduces and broadcasts are separate chains: a broadcast op built by a
+      hook after the training graph must not force a training step to run with it.
+    * bookkeeping for the runner: :func:`current_collective`, :func:`status`, :func:`abort`.
+
+Every collective first all-gathers a small descriptor (kind, op, root, byte count, shape
+signature, sequence number). If ranks disagree (they reached different collectives), every rank
+raises :class:`CollectiveMismatchError` naming what each rank was doing, instead of hanging or
+silently mis-summing.
+
+All MPI calls run on one worker thread; callers wait on it with a timeout loop, so a
+KeyboardInterrupt (eager code in the main thread) or :func:`abort` ends the wait. The MPI call
+itself cannot be cancelled: after an interrupted collective the communicator is marked broken and
+the rank should be restarted. SIGTERM/SIGKILL are never blocked.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import queue
+import sys
+import threading
+import time
+import weakref
+import zlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+
+logger = logging.getLogger("npu_migrate_nb.sim")
+
+_MPI_ENV_MARKERS = ("PMI_SIZE", "PMI_RANK", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "MV2_COMM_WORLD_SIZE")
+_REDUCTIONS = ("sum", "max", "min", "prod")
+_KIND_CODES = {"all_reduce": 1, "broadcast": 2, "barrier": 3}
+_OP_CODES = {None: 0, "sum": 1, "max": 2, "min": 3, "prod": 4}
+_WAIT_SLICE_S = 0.2
+
+
+class CollectiveError(RuntimeError):
+    """A collective could not run (bad environment, broken communicator)."""
+
+
+class CollectiveMismatchError(CollectiveError):
+    """Ranks reached different collectives (different order, kind, root or shapes)."""
+
+
+class CollectiveAborted(CollectiveError):
+    """:func:`abort` was called while this rank waited in a collective."""
+
+
+# --------------------------------------------------------------------------- environment
+
+def env_rank_size() -> int:
+    """World size as the Ascend adapter reads it: RANK_SIZE (default "1") or CM_WORKER_SIZE."""
+    rank_size = os.environ.get("RANK_SIZE")
+    worker_size = os.environ.get("CM_WORKER_SIZE")
+    if rank_size is not None and worker_size is not None:
+        raise ValueError("RANK_SIZE and CM_WORKER_SIZE are both set; the rank-table way (RANK_SIZE, "
+                         "RANK_ID, RANK_TABLE_FILE) and the CM_* way cannot be mixed")
+    value = worker_size if worker_size is not None else (rank_size or "1")
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"rank size must be an integer, got {value!r}") from None
+
+
+def env_rank_id() -> Optional[int]:
+    """RANK_ID as an int, or None when unset."""
+    value = os.environ.get("RANK_ID")
+    return None if value in (None, "") else int(value)
+
+
+def under_mpi() -> bool:
+    """True when this process was started by mpiexec (or already initialised MPI)."""
+    if any(name in os.environ for name in _MPI_ENV_MARKERS):
+        return True
+    mpi = sys.modules.get("mpi4py.MPI")
+    return bool(mpi is not None and mpi.Is_initialized())
+
+
+def _mpi():
+    from mpi4py import MPI  # imported lazily: it initialises MPI
+    return MPI
+
+
+def size() -> int:
+    """Number of ranks in the collectives: MPI world size, else the environment's rank size."""
+    return _mpi().COMM_WORLD.Get_size() if under_mpi() else env_rank_size()
+
+
+def rank() -> int:
+    """This process's rank: MPI rank, else RANK_ID (default 0)."""
+    return _mpi().COMM_WORLD.Get_rank() if under_mpi() else (env_rank_id() or 0)
+
+
+def local_rank() -> int:
+    """Rank within this host (all simulated ranks share one host)."""
+    value = os.environ.get("MPI_LOCALRANKID") or os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK")
+    return int(value) if value is not None else rank()
+
+
+# --------------------------------------------------------------------------- initialisation
+
+_initialized = False
+_init_lock = threading.Lock()
+
+
+def init() -> int:
+    """Initialise collective communication (what HCCL init is to the real adapter).
+
+    Checks that the Ascend environment agrees with the MPI world and returns the world size.
+    Raises CollectiveError when RANK_SIZE > 1 but the process is not part of an MPI job, or when
+    RANK_SIZE / RANK_ID disagree with MPI.
+    """
+    global _initialized
+    with _init_lock:
+        env_size = env_rank_size()
+        if under_mpi():
+            world, me = size(), rank()
+            if env_size > 1 and env_size != world:
+                raise CollectiveError(f"RANK_SIZE/CM_WORKER_SIZE is {env_size} but the simulated cluster "
+                                      f"has {world} ranks")
+            env_id = env_rank_id()
+            if env_size > 1 and env_id is not None and env_id != me:
+                raise CollectiveError(f"RANK_ID is {env_id} but this process is MPI rank {me}")
+        elif env_size > 1:
+            raise CollectiveError(f"rank size is {env_size} but this process was not started by mpiexec; "
+                                  "there is no one to communicate with")
+        _initialized = True
+        return size()
+
+
+def is_initialized() -> bool:
+    return _initialized
+
+
+# --------------------------------------------------------------------------- worker thread
+
+@dataclass
+class _Job:
+    kind: str
+    detail: str
+    run: Callable[[], Any]
+    done: threading.Event = field(default_factory=threading.Event)
+    result: Any = None
+    error: Optional[BaseException] = None
+
+
+_jobs: "queue.Queue[_Job]" = queue.Queue()
+_worker: Optional[threading.Thread] = None
+_worker_lock = threading.Lock()
+_state_lock = threading.Lock()
+_current: Optional[str] = None
+_current_since: Optional[float] = None
+_completed = 0
+_sequence = 0
+_broken: Optional[str] = None
+_abort_reason: Optional[str] = None
+
+
+def _worker_loop() -> None:
+    global _current, _current_since, _completed
+    while True:
+        job = _jobs.get()
+        with _state_lock:
+            _current = f"{job.kind} #{_sequence}"
+            _current_since = time.monotonic()
+        try:
+            job.result = job.run()
+        except BaseException as exc:  # handed back to the waiting caller
+            job.error = exc
+        finally:
+            with _state_lock:
+                _current, _current_since = None, None
+                _completed += 1
+            job.done.set()
+
+
+def _ensure_worker() -> None:
+    global _worker
+    with _worker_lock:
+        if _worker is None or not _worker.is_alive():
+            _worker = threading.Thread(target=_worker_loop, name="npu-sim-comm", daemon=True)
+            _worker.start()
+
+
+def _submit(kind: str, detail: str, run: Callable[[], Any]) -> Any:
+    """Run ``run`` on the MPI thread and wait for it, interruptibly."""
+    global _broken
+    if _broken:
+        raise CollectiveError(f"communicator unusable: {_broken}; restart the ranks")
+    if _abort_reason:
+        raise CollectiveAborted(_abort_reason)
+    _ensure_worker()
+    job = _Job(kind, detail, run)
+    _jobs.put(job)
+    try:
+        while not job.done.wait(_WAIT_SLICE_S):
+            if _abort_reason:
+                raise CollectiveAborted(f"{_abort_reason} (while waiting in {current_collective() or kind})")
+    except BaseException:
+        if not job.done.is_set():
+            _broken = f"{current_collective() or kind} was interrupted before it completed"
+        raise
+    if job.error is not None:
+        raise job.error
+    return job.result
+
+
+def current_collective() -> Optional[str]:
+    """Name of the collective this rank is inside right now, e.g. "all_reduce #12", else None."""
+    return _current
+
+
+def status() -> dict:
+    """Snapshot for the runner: rank, size, current collective and for how long, counts."""
+    with _state_lock:
+        since = _current_since
+        return {
+            "rank": rank() if (under_mpi() or _initialized) else None,
+            "size": size() if (under_mpi() or _initialized) else None,
+            "current": _current,
+            "waiting_s": None if since is None else round(time.monotonic() - since, 3),
+            "completed": _completed,
+            "broken": _broken,
+            "aborted": _abort_reason,
+        }
+
+
+def abort(reason: str = "aborted by the runner") -> None:
+    """Make every current and future wait on a collective raise CollectiveAborted."""
+    global _abort_reason
+    _abort_reason = reason
+
+
+def _abort_mpi_if_stuck() -> None:
+    # MPI_Finalize would hang behind a collective that never completed.
+    if _broken and "mpi4py.MPI" in sys.modules:
+        sys.stderr.write(f"npu_migrate_nb.sim.comm: {_broken}; aborting MPI\n")
+        sys.stderr.flush()
+        _mpi().COMM_WORLD.Abort(1)
+
+
+atexit.register(_abort_mpi_if_stuck)
+
+
+# --------------------------------------------------------------------------- descriptors
+
+def _signature(arrays: Sequence[np.ndarray]) -> int:
+    text = ";".join(f"{a.dtype.str}{a.shape}" for a in arrays)
+    return zlib.crc32(text.encode())
+
+
+def _describe(row: np.ndarray) -> str:
+    kinds = {v: k for k, v in _KIND_CODES.items()}
+    ops = {v: k for k, v in _OP_CODES.items()}
+    kind, op, root, nbytes, sig, seq = (int(x) for x in row)
+    text = f"{kinds.get(kind, '?')} #{seq}"
+    if kind == _KIND_CODES["all_reduce"]:
+        text += f" ({ops.get(op)})"
+    if kind == _KIND_CODES["broadcast"]:
+        text += f" (root {root})"
+    return text + f", {nbytes} bytes, shapes {sig:08x}"
+
+
+def _agree(kind: str, op: Optional[str], root: int, arrays: Sequence[np.ndarray]) -> None:
+    """All-gather a descriptor and raise on every rank if ranks are in different collectives."""
+    global _sequence
+    comm = _mpi().COMM_WORLD
+    mine = np.array([_KIND_CODES[kind], _OP_CODES[op], root, sum(a.nbytes for a in arrays),
+                     _signature(arrays), _sequence], dtype=np.int64)
+    with _state_lock:
+        _sequence += 1
+    everyone = np.empty((comm.Get_size(), mine.size), dtype=np.int64)
+    comm.Allgather(mine, everyone)
+    # sequence numbers may legitimately differ only if a rank skipped no-op calls; compare the rest
+    if not (everyone[:, :5] == mine[:5]).all():
+        lines = "; ".join(f"rank {r}: {_describe(row)}" for r, row in enumerate(everyone))
+        raise CollectiveMismatchError(f"ranks reached different collectives: {lines}")
+
+
+# --------------------------------------------------------------------------- numpy layer
+
+def _reduce_dtype(dtype: np.dtype) -> np.dtype:
+    """MPI has no half types: reduce float16/bfloat16 in float32."""
+    if dtype == np.float16 or dtype.name == "bfloat16":
+        return np.dtype(np.float32)
+    return dtype
+
+
+def _mpi_op(op: str):
+    MPI = _mpi()
+    return {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN, "prod": MPI.PROD}[op]
+
+
+def _fuse(arrays: Sequence[np.ndarray], dtype: np.dtype) -> np.ndarray:
+    if len(arrays) == 1:
+        return np.ascontiguousarray(arrays[0], dtype=dtype).reshape(-1)
+    return np.concatenate([np.asarray(a, dtype=dtype).reshape(-1) for a in arrays])
+
+
+def _split(flat: np.ndarray, like: Sequence[np.ndarray]) -> list:
+    out, offset = [], 0
+    for a in like:
+        out.append(flat[offset:offset + a.size].reshape(a.shape))
+        offset += a.size
+    return out
+
+
+def _allreduce_group(arrays: Sequence[np.ndarray], op: str, scale, divisor) -> list:
+    dtype = arrays[0].dtype
+    send = _fuse(arrays, _reduce_dtype(dtype))
+    recv = np.empty_like(send)
+    _mpi().COMM_WORLD.Allreduce(send, recv, op=_mpi_op(op))
+    if recv.dtype != dtype:
+        recv = recv.astype(dtype)
+    if np.issubdtype(recv.dtype, np.floating) or dtype.name == "bfloat16":
+        if scale is not None:
+            np.multiply(recv, recv.dtype.type(scale), out=recv)
+        if divisor is not None:
+            np.divide(recv, recv.dtype.type(divisor), out=recv)
+    return _split(recv, arrays)
+
+
+def allreduce_arrays(arrays: Sequence[np.ndarray], op: str = "sum", scale: Optional[float] = None,
+                     divisor: Optional[float] = None) -> list:
+    """All-reduce numpy arrays with one MPI call per dtype; returns new arrays, same order.
+
+    ``scale`` multiplies and ``divisor`` divides floating results after the reduction (in their
+    own dtype), which is how "mean" is built: sum, then times 1/N (TF2) or divided by N (TF1).
+    """
+    if op not in _REDUCTIONS:
+        raise ValueError(f"reduction must be one of {_REDUCTIONS}, got {op!r}")
+    arrays = [np.asarray(a) for a in arrays]
+    for a in arrays:
+        if a.dtype == object or a.dtype.kind in "USb":
+            raise TypeError(f"cannot all-reduce dtype {a.dtype}")
+    if not arrays or size() == 1:
+        return _scaled_copies(arrays, scale, divisor)
+    _require_init()
+
+    def run():
+        _agree("all_reduce", op, 0, arrays)
+        results: list = [None] * len(arrays)
+        for dtype in sorted({a.dtype.str for a in arrays}):
+            idx = [i for i, a in enumerate(arrays) if a.dtype.str == dtype]
+            for i, r in zip(idx, _allreduce_group([arrays[i] for i in idx], op, scale, divisor)):
+                results[i] = r
+        return results
+
+    return _submit("all_reduce", op, run)
+
+
+def _scaled_copies(arrays, scale, divisor) -> list:
+    out = []
+    for a in arrays:
+        b = np.array(a, copy=True)
+        if b.dtype.kind == "f" and scale is not None:
+            b = b * b.dtype.type(scale)
+        if b.dtype.kind == "f" and divisor is not None:
+            b = b / b.dtype.type(divisor)
+        out.append(b)
+    return out
+
+
+def broadcast_arrays(arrays: Sequence[np.ndarray], root: int = 0) -> list:
+    """Broadcast numpy arrays from ``root`` as ONE byte buffer; returns new arrays."""
+    arrays = [np.ascontiguousarray(a) for a in arrays]
+    for a in arrays:
+        if a.dtype == object:
+            raise TypeError("cannot broadcast object arrays")
+    if not arrays or size() == 1:
+        return [a.copy() for a in arrays]
+    _require_init()
+    if not 0 <= root < size():
+        raise ValueError(f"root_rank {root} is outside 0..{size() - 1}")
+
+    def run():
+        _agree("broadcast", None, root, arrays)
+        buf = np.concatenate([a.reshape(-1).view(np.uint8) for a in arrays])
+        _mpi().COMM_WORLD.Bcast(buf, root=root)
+        out, offset = [], 0
+        for a in arrays:
+            out.append(buf[offset:offset + a.nbytes].view(a.dtype).reshape(a.shape))
+            offset += a.nbytes
+        return out
+
+    return _submit("broadcast", f"root {root}", run)
+
+
+def barrier() -> None:
+    """Wait for every rank (a no-op at size 1)."""
+    if size() == 1:
+        return
+    _require_init()
+
+    def run():
+        _agree("barrier", None, 0, [])
+        _mpi().COMM_WORLD.Barrier()
+
+    _submit("barrier", "", run)
+
+
+def _require_init() -> None:
+    if not _initialized:
+        init()
+
+
+# --------------------------------------------------------------------------- TensorFlow layer
+
+# graph -> {(chain, control-flow context id): last collective op}
+_chains: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _chain_dependencies(graph, chain: str) -> list:
+    key = (chain, id(graph._get_control_flow_context()))
+    previous = _chains.get(graph, {}).get(key)
+    return [previous] if previous is not None else []
+
+
+def _remember(graph, chain: str, op) -> None:
+    key = (chain, id(graph._get_control_flow_context()))
+    _chains.setdefault(graph, {})[key] = op
+
+
+def _in_graph() -> bool:
+    import tensorflow as tf
+    return not tf.executing_eagerly()
+
+
+def _graph_collective(kind: str, chain: str, tensors: list, numpy_fn: Callable) -> list:
+    """One stateful numpy_function op for the whole call, ordered after the chain's last op."""
+    import tensorflow as tf
+    graph = tf.compat.v1.get_default_graph()
+    dtypes = [t.dtype for t in tensors]
+    with tf.control_dependencies(_chain_dependencies(graph, chain)):
+        outs = tf.numpy_function(lambda *arrays: numpy_fn(list(arrays)), tensors, dtypes,
+                                 stateful=True, name=kind)
+    outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    _remember(graph, chain, outs[0].op)
+    for out, t in zip(outs, tensors):
+        out.set_shape(t.shape)
+    return outs
+
+
+def _to_tensors(values) -> list:
+    import tensorflow as tf
+    return [tf.convert_to_tensor(v) for v in values]
+
+
+def all_reduce(values: Sequence, op: str = "sum", scale: Optional[float] = None,
+               divisor: Optional[float] = None) -> list:
+    """All-reduce a list of tensors/variables as one fused collective; returns a list of tensors.
+
+    Works eagerly, inside tf.function and in TF1 graphs. ``scale``/``divisor`` apply to floating
+    dtypes only (see :func:`allreduce_arrays`).
+    """
+    import tensorflow as tf
+    tensors = _to_tensors(values)
+    if not tensors:
+        return []
+
+    def numpy_fn(arrays):
+        return allreduce_arrays(arrays, op, scale, divisor)
+
+    if _in_graph():
+        return _graph_collective("all_reduce", "all_reduce", tensors, numpy_fn)
+    return [tf.convert_to_tensor(a) for a in numpy_fn([t.numpy() for t in tensors])]
+
+
+def broadcast(values: Sequence, root: int = 0) -> list:
+    """Broadcast a list of tensors/variables from ``root`` as one collective; returns tensors."""
+    import tensorflow as tf
+    tensors = _to_tensors(values)
+    if not tensors:
+        return []
+
+    def numpy_fn(arrays):
+        return broadcast_arrays(arrays, root)
+
+    if _in_graph():
+        return _graph_collective("broadcast", "broadcast", tensors, numpy_fn)
+    return [tf.convert_to_tensor(a) for a in numpy_fn([t.numpy() for t in tensors])]

@@ -1,0 +1,451 @@
+"""Run-time observation inside a rank, with no change to the user's code. The only module that
+fingerprints tensors.
+
+Installed in every rank before user code (:func:`install`). What it watches:
+
+* Keras ``Model.fit``: a probe callback appended LAST, so it runs after any broadcast callback.
+  ``on_train_batch_begin`` of the first batch sees the weights training starts from;
+  ``on_train_end`` sees the final ones. The input is the first element of a fresh iteration of
+  the dataset ``x`` (twice, to tell a deterministic pipeline from a random one) or the arrays given.
+* ``Estimator.train``: a ``SessionRunHook`` appended last. Its first ``before_run`` reads the
+  trainable variables after every ``after_create_session`` (where the broadcast hook runs); ``end``
+  reads the final values. ``input_fn`` is wrapped so that a separate iterator of its dataset gives
+  the first batch.
+* Custom loops: optimizer ``apply_gradients`` (Keras, legacy Keras and ``tf.compat.v1.train``).
+  Eagerly it reads the variables before the first update; under ``tf.function`` or in a graph the
+  Python side runs only while tracing, so a ``tf.numpy_function`` that runs before the update does
+  the reading at every step. After each cell the variables seen there are read again (the end
+  values). Datasets iterated eagerly give the input fingerprint.
+
+Records stay in the rank (no communication: a probe must never add a collective that could be
+issued on some ranks only); the runner collects them after each cell with :func:`take_records`.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+import itertools
+import threading
+import weakref
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+
+# Largest number of elements of one variable shipped to the runner for tolerance comparisons.
+SAMPLE_ELEMENTS = 4096
+
+_records: List[dict] = []
+_sequence = itertools.count()
+_state = threading.local()
+_cell: Optional[int] = None
+_installed = False
+
+
+# ------------------------------------------------------------------------------- runner side API
+
+
+def begin_cell(cell: int) -> None:
+    global _cell
+    _cell = cell
+
+
+def end_cell() -> List[dict]:
+    """Close the cell: read the custom-loop variables once more, hand over the records."""
+    _loop_tracker.record_end_values()
+    return take_records()
+
+
+def take_records() -> List[dict]:
+    taken = list(_records)
+    _records.clear()
+    return taken
+
+
+def reset() -> None:
+    _records.clear()
+    _loop_tracker.forget()
+
+
+# ------------------------------------------------------------------------------- fingerprints
+
+
+def fingerprint(values: Any) -> str:
+    """A short hash of the bytes, dtypes and shapes of a nested structure of arrays/tensors."""
+    digest = hashlib.sha1()
+    for value in _flatten(values):
+        array = _as_numpy(value)
+        digest.update(f"{array.dtype}{array.shape}".encode())
+        digest.update(np.ascontiguousarray(array).tobytes())
+    return digest.hexdigest()[:16]
+
+
+def sample(array: np.ndarray) -> np.ndarray:
+    """Evenly strided elements of ``array``, at most SAMPLE_ELEMENTS, for tolerance comparisons."""
+    flat = np.asarray(array).reshape(-1)
+    step = max(1, -(-flat.size // SAMPLE_ELEMENTS))
+    return np.array(flat[::step], dtype=np.float64, copy=True)
+
+
+def _flatten(values: Any) -> list:
+    try:
+        import tensorflow as tf
+
+        return tf.nest.flatten(values, expand_composites=True)
+    except Exception:
+        return list(values) if isinstance(values, (list, tuple)) else [values]
+
+
+def _as_numpy(value: Any) -> np.ndarray:
+    if hasattr(value, "numpy"):
+        value = value.numpy()
+    return np.asarray(value)
+
+
+# ------------------------------------------------------------------------------------ records
+
+
+def _record(kind: str, source: str, **fields) -> None:
+    fields.update(kind=kind, source=source, cell=_cell, seq=next(_sequence))
+    _records.append(fields)
+
+
+def record_weights(moment: str, source: str, names: List[str], arrays: List[np.ndarray]) -> None:
+    """``moment`` is "start" (training starts from these) or "end" (training left these)."""
+    arrays = [np.asarray(a) for a in arrays]
+    _record(
+        "weights",
+        source,
+        moment=moment,
+        names=list(names),
+        fingerprint=fingerprint(arrays),
+        samples=[sample(a) for a in arrays],
+        count=len(arrays),
+    )
+
+
+def record_input(source: str, first: Any, again: Any = None, sharded: Optional[bool] = None) -> None:
+    """The first batch a rank reads; ``again`` is the first batch of a second fresh iteration."""
+    first_print = fingerprint(first)
+    deterministic = None if again is None else fingerprint(again) == first_print
+    _record("input", source, fingerprint=first_print, deterministic=deterministic, sharded=sharded)
+
+
+def _busy() -> bool:
+    """True inside a framework-level probe (fit, Estimator.train) or while a probe reads data."""
+    return getattr(_state, "depth", 0) > 0
+
+
+class _Busy:
+    def __enter__(self):
+        _state.depth = getattr(_state, "depth", 0) + 1
+
+    def __exit__(self, *exc):
+        _state.depth -= 1
+
+
+# ------------------------------------------------------------------------------- input batches
+
+
+def _dataset_is_sharded(dataset) -> Optional[bool]:
+    try:
+        return b"ShardDataset" in dataset._as_serialized_graph().numpy()
+    except Exception:
+        return None
+
+
+def record_dataset_input(source: str, dataset) -> None:
+    """First element of two fresh iterations of an eager ``tf.data.Dataset``."""
+    with _Busy():
+        try:
+            first = next(iter(dataset))
+            again = next(iter(dataset))
+        except Exception:  # empty, infinite-error or not iterable eagerly: nothing observed
+            return
+    record_input(source, first, again, sharded=_dataset_is_sharded(dataset))
+
+
+def _record_fit_input(x, y, batch_size) -> None:
+    import tensorflow as tf
+
+    if isinstance(x, tf.data.Dataset):
+        if tf.executing_eagerly():
+            record_dataset_input("keras fit dataset", x)
+        return
+    if x is None or inspect.isgenerator(x) or isinstance(x, tf.keras.utils.Sequence):
+        return
+    # fit shuffles arrays on every rank differently: the rank's whole data is the honest fingerprint.
+    try:
+        record_input("keras fit arrays", [x, y] if y is not None else [x], [x, y] if y is not None else [x])
+    except Exception:
+        return
+
+
+# ---------------------------------------------------------------------------------- Keras fit
+
+
+def _make_fit_callback(model):
+    import tensorflow as tf
+
+    class ProbeCallback(tf.keras.callbacks.Callback):
+        """Appended last: sees the weights after every other callback's first on_train_batch_begin."""
+
+        def __init__(self):
+            super().__init__()
+            self._started = False
+
+        def on_train_batch_begin(self, batch, logs=None):
+            if not self._started:
+                self._started = True
+                _record_model_weights("start", model)
+
+        def on_train_end(self, logs=None):
+            if self._started:
+                _record_model_weights("end", model)
+
+    return ProbeCallback()
+
+
+def _record_model_weights(moment: str, model) -> None:
+    import tensorflow as tf
+
+    variables = list(model.trainable_variables)
+    values = tf.keras.backend.batch_get_value(variables)
+    record_weights(moment, "keras fit", [v.name for v in variables], values)
+
+
+def _wrap_fit(original):
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def fit(self, *args, **kwargs):
+        if _busy():
+            return original(self, *args, **kwargs)
+        bound = signature.bind(self, *args, **kwargs)
+        arguments = bound.arguments
+        _record_fit_input(arguments.get("x"), arguments.get("y"), arguments.get("batch_size"))
+        callbacks = arguments.get("callbacks")
+        arguments["callbacks"] = list(callbacks or []) + [_make_fit_callback(self)]
+        with _Busy():
+            return original(*bound.args, **bound.kwargs)
+
+    fit._npu_probe = True
+    return fit
+
+
+# ---------------------------------------------------------------------------------- Estimator
+
+
+def _make_estimator_hook(input_fn_box: dict):
+    import tensorflow as tf
+
+    v1 = tf.compat.v1
+
+    class ProbeHook(v1.train.SessionRunHook):
+        """Appended last; reads in the first before_run, i.e. after every after_create_session."""
+
+        def begin(self):
+            self._variables = v1.trainable_variables()
+            self._started = False
+            self._first_batches = []
+            dataset = input_fn_box.get("dataset")
+            if dataset is not None and getattr(dataset, "_graph", None) is v1.get_default_graph():
+                self._first_batches = [self._first_batch_of(dataset) for _ in range(2)]
+
+        @staticmethod
+        def _first_batch_of(dataset):
+            iterator = v1.data.make_initializable_iterator(dataset)
+            return iterator.initializer, iterator.get_next()
+
+        def after_create_session(self, session, coord):
+            if not self._first_batches:
+                return
+            batches = []
+            for initializer, next_element in self._first_batches:
+                session.run(initializer)
+                batches.append(session.run(next_element))
+            record_input("estimator input_fn", batches[0], batches[1], sharded=input_fn_box.get("sharded"))
+
+        def before_run(self, run_context):
+            if not self._started:
+                self._started = True
+                self._record("start", run_context.session)
+            return None
+
+        def end(self, session):
+            if self._started:
+                self._record("end", session)
+
+        def _record(self, moment, session):
+            values = session.run(self._variables)
+            record_weights(moment, "estimator", [v.name for v in self._variables], values)
+
+    return ProbeHook()
+
+
+def _wrap_input_fn(input_fn, box: dict):
+    """Same parameters as ``input_fn`` (the Estimator passes params/mode/config by name)."""
+
+    def wrapped(*args, **kwargs):
+        result = input_fn(*args, **kwargs)
+        try:
+            import tensorflow as tf
+
+            if isinstance(result, tf.compat.v1.data.Dataset) or isinstance(result, tf.data.Dataset):
+                box["dataset"] = result
+                box["sharded"] = _graph_has_shard(result)
+        except Exception:
+            pass
+        return result
+
+    try:
+        wrapped.__signature__ = inspect.signature(input_fn)
+    except (TypeError, ValueError):
+        return input_fn
+    return wrapped
+
+
+def _graph_has_shard(dataset) -> Optional[bool]:
+    try:
+        graph = dataset._graph
+        return any(op.type == "ShardDataset" for op in graph.get_operations())
+    except Exception:
+        return None
+
+
+def _wrap_estimator_train(original):
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def train(self, *args, **kwargs):
+        if _busy():
+            return original(self, *args, **kwargs)
+        bound = signature.bind(self, *args, **kwargs)
+        arguments = bound.arguments
+        box: dict = {}
+        arguments["input_fn"] = _wrap_input_fn(arguments["input_fn"], box)
+        hooks = arguments.get("hooks")
+        arguments["hooks"] = list(hooks or []) + [_make_estimator_hook(box)]
+        with _Busy():
+            return original(*bound.args, **bound.kwargs)
+
+    train._npu_probe = True
+    return train
+
+
+# ------------------------------------------------------------------------------- custom loops
+
+
+class _LoopTracker:
+    """Optimizer steps outside fit/Estimator: the values before the first one, and the end values."""
+
+    def __init__(self):
+        self._started = False
+        self._latest_variables: list = []
+        self._latest_arrays: Optional[List[np.ndarray]] = None
+        self._dirty = False
+
+    def forget(self):
+        self.__init__()
+
+    def on_step(self, variables, arrays) -> None:
+        """Called before every update; the first call is the start of training."""
+        self._dirty = True
+        if not self._started:
+            self._started = True
+            record_weights("start", "optimizer step", [v.name for v in variables], arrays)
+        self._latest_variables, self._latest_arrays = list(variables), arrays
+
+    def record_end_values(self) -> None:
+        if not self._dirty:
+            return
+        self._dirty = False
+        variables = self._latest_variables
+        try:
+            arrays = [v.numpy() for v in variables]
+        except Exception:  # graph-mode variables: the values read before the last update
+            arrays = self._latest_arrays
+        record_weights("end", "optimizer step", [v.name for v in variables], arrays)
+
+
+_loop_tracker = _LoopTracker()
+
+
+def _wrap_apply_gradients(original):
+    @functools.wraps(original)
+    def apply_gradients(self, grads_and_vars, *args, **kwargs):
+        if _busy():
+            return original(self, grads_and_vars, *args, **kwargs)
+        import tensorflow as tf
+
+        grads_and_vars = list(grads_and_vars)
+        variables = [v for g, v in grads_and_vars if g is not None]
+        if tf.executing_eagerly():
+            _loop_tracker.on_step(variables, [v.numpy() for v in variables])
+            return original(self, grads_and_vars, *args, **kwargs)
+
+        def observe(*arrays):
+            _loop_tracker.on_step(variables, list(arrays))
+            return np.int32(0)
+
+        reads = [tf.identity(v) for v in variables]
+        probe = tf.numpy_function(observe, reads, tf.int32, stateful=True, name="npu_sim_probe")
+        with tf.control_dependencies([probe]):
+            return original(self, grads_and_vars, *args, **kwargs)
+
+    apply_gradients._npu_probe = True
+    return apply_gradients
+
+
+def _wrap_dataset_iter(original):
+    @functools.wraps(original)
+    def __iter__(self):
+        import tensorflow as tf
+
+        if not _busy() and tf.executing_eagerly():
+            record_dataset_input("dataset iteration", self)
+        return original(self)
+
+    __iter__._npu_probe = True
+    return __iter__
+
+
+# ---------------------------------------------------------------------------------- install
+
+
+def _patch(owner, name: str, wrapper) -> None:
+    original = owner.__dict__.get(name)
+    if original is None or getattr(original, "_npu_probe", False):
+        return
+    setattr(owner, name, wrapper(original))
+
+
+def install() -> None:
+    """Patch the observation points; idempotent. Needs TensorFlow importable."""
+    global _installed
+    if _installed:
+        return
+    import tensorflow as tf
+
+    _installed = True
+    _patch(tf.keras.Model, "fit", _wrap_fit)
+    for optimizer_class in _optimizer_classes(tf):
+        _patch(optimizer_class, "apply_gradients", _wrap_apply_gradients)
+    _patch(tf.data.Dataset, "__iter__", _wrap_dataset_iter)
+    try:
+        import tensorflow_estimator.python.estimator.estimator as estimator_module
+
+        _patch(estimator_module.Estimator, "train", _wrap_estimator_train)
+    except ImportError:
+        pass
+
+
+def _optimizer_classes(tf) -> list:
+    classes = [tf.compat.v1.train.Optimizer]
+    for path in ("keras.optimizers.Optimizer", "keras.optimizers.legacy.Optimizer"):
+        try:
+            classes.append(functools.reduce(getattr, path.split("."), tf))
+        except AttributeError:
+            continue
+    return classes
