@@ -278,24 +278,29 @@ class Cluster:
         except (OSError, ValueError):
             return None
 
-    def stack_of(self, rank: int, wait: float = 0.3) -> str:
-        """The Python stack of a busy rank (faulthandler, answers even inside a blocked MPI call)."""
-        pid = self.rank_pids.get(rank)
-        if not self.state_dir or pid is None:
-            return ""
-        path = os.path.join(self.state_dir, f"rank-{rank}.stack")
-        try:
-            before = os.path.getsize(path)
-            os.kill(pid, signal.SIGUSR1)
-        except OSError:
-            return ""
-        time.sleep(wait)
-        try:
-            with open(path, encoding="utf-8", errors="replace") as stream:
-                stream.seek(before)
-                return stream.read()
-        except OSError:
-            return ""
+    def stacks_of(self, ranks: List[int], wait: float = 0.3) -> Dict[int, str]:
+        """The Python stacks of busy ranks (faulthandler: answers even inside a blocked MPI call)."""
+        if not self.state_dir:
+            return {}
+        offsets = {}
+        for rank in ranks:
+            path = os.path.join(self.state_dir, f"rank-{rank}.stack")
+            try:
+                offsets[rank] = os.path.getsize(path)
+                os.kill(self.rank_pids[rank], signal.SIGUSR1)
+            except (OSError, KeyError):
+                continue
+        if offsets:
+            time.sleep(wait)
+        stacks = {}
+        for rank, offset in offsets.items():
+            try:
+                with open(os.path.join(self.state_dir, f"rank-{rank}.stack"), encoding="utf-8", errors="replace") as stream:
+                    stream.seek(offset)
+                    stacks[rank] = stream.read()
+            except OSError:
+                continue
+        return stacks
 
     def interrupt(self) -> None:
         """SIGINT to every rank: a busy rank raises KeyboardInterrupt when it next runs Python."""

@@ -1,0 +1,262 @@
+"""The three run-time checks, judged from what the probes recorded in every rank.
+
+* ``broadcast``: trainable variables identical on all ranks when training starts.
+* ``allreduce``: every rank changed its weights by the same amount during training while the
+  ranks read different data. Comparing the change (end - start) rather than the end values keeps
+  this check independent of the broadcast: with aggregated gradients every rank applies the same
+  updates even from different starting weights. When every rank read the same data, equal weights
+  prove nothing: ``not-observed``.
+* ``shard``: the ranks' first input batches differ, and each rank's pipeline is deterministic
+  (otherwise an unseeded shuffle alone would make them differ) or shards by rank.
+
+Each check is ``pass``, ``fail`` or ``not-observed`` with one line: what was seen, on which cell,
+which step fixes it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Dict, List, Optional
+
+import numpy as np
+
+PASS, FAIL, NOT_OBSERVED = "pass", "fail", "not-observed"
+
+FIX_BROADCAST = (
+    "broadcast the trainable variables from rank 0 once the model is built: "
+    "npu.distribute.broadcast(model.trainable_variables) (TF2), NPUBroadcastGlobalVariablesHook / "
+    "hooks=npu_hooks_append(hooks) (Estimator), NPUBroadcastGlobalVariablesCallback(0) (TF1 Keras)"
+)
+FIX_ALLREDUCE = (
+    "aggregate the gradients: optimizer = npu.distribute.npu_distributed_keras_optimizer_wrapper(optimizer) "
+    "or npu.distribute.all_reduce(grads) (TF2), npu_distributed_optimizer_wrapper(optimizer) (TF1)"
+)
+FIX_SHARD = (
+    "give each rank its own data before batching: dataset, batch = "
+    "npu.distribute.shard_and_rebatch_dataset(dataset, global_batch) then dataset.batch(batch) (TF2), "
+    "dataset.shard(int(os.environ['RANK_SIZE']), int(os.environ['RANK_ID'])) (TF1)"
+)
+
+
+@dataclass
+class Check:
+    name: str
+    status: str
+    detail: str
+    cell: Optional[int] = None
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+Records = Dict[int, List[dict]]  # rank -> the records its probes made, in order
+
+
+def evaluate(records: Records, size: int) -> Dict[str, Check]:
+    return {
+        "broadcast": check_broadcast(records, size),
+        "allreduce": check_allreduce(records, size),
+        "shard": check_shard(records, size),
+    }
+
+
+# ------------------------------------------------------------------------------- selections
+
+
+def first_start(rank_records: List[dict]) -> Optional[dict]:
+    return next((r for r in rank_records if r["kind"] == "weights" and r["moment"] == "start"), None)
+
+
+def last_end(rank_records: List[dict], start: dict) -> Optional[dict]:
+    ends = [r for r in rank_records if r["kind"] == "weights" and r["moment"] == "end" and r["seq"] > start["seq"]]
+    same_variables = [r for r in ends if r["names"] == start["names"]]
+    return (same_variables or ends or [None])[-1]
+
+
+def training_input(rank_records: List[dict]) -> Optional[dict]:
+    """The input read for training: the last one read before training started, else the first."""
+    inputs = [r for r in rank_records if r["kind"] == "input"]
+    if not inputs:
+        return None
+    start = first_start(rank_records)
+    if start is not None:
+        before = [r for r in inputs if r["seq"] < start["seq"]]
+        if before:
+            return before[-1]
+    return inputs[0]
+
+
+def _where(record: Optional[dict]) -> str:
+    if record is None or record.get("cell") is None:
+        return ""
+    return f" (cell {record['cell']}, {record['source']})"
+
+
+def _missing(records: Records, size: int, select) -> List[int]:
+    return [rank for rank in range(size) if select(records.get(rank, [])) is None]
+
+
+def _groups(values: Dict[int, str]) -> str:
+    """'rank 0: ab12, ranks 1,2: cd34'."""
+    by_value: Dict[str, List[int]] = {}
+    for rank, value in sorted(values.items()):
+        by_value.setdefault(value, []).append(rank)
+    parts = []
+    for value, ranks in by_value.items():
+        label = "rank" if len(ranks) == 1 else "ranks"
+        parts.append(f"{label} {','.join(map(str, ranks))}: {value}")
+    return "; ".join(parts)
+
+
+# --------------------------------------------------------------------------------- broadcast
+
+
+def check_broadcast(records: Records, size: int) -> Check:
+    if size < 2:
+        return Check("broadcast", NOT_OBSERVED, "one rank: nothing to compare")
+    missing = _missing(records, size, first_start)
+    if missing:
+        return Check(
+            "broadcast",
+            NOT_OBSERVED,
+            f"no training step seen on rank(s) {','.join(map(str, missing))} "
+            "(watched: Keras fit, Estimator.train, optimizer apply_gradients)",
+        )
+    starts = {rank: first_start(records[rank]) for rank in range(size)}
+    cell = starts[0]["cell"]
+    prints = {rank: start["fingerprint"] for rank, start in starts.items()}
+    count = starts[0]["count"]
+    if len(set(prints.values())) == 1:
+        return Check(
+            "broadcast",
+            PASS,
+            f"{count} trainable variables identical on all {size} ranks when training started{_where(starts[0])}",
+            cell,
+        )
+    return Check(
+        "broadcast",
+        FAIL,
+        f"trainable variables differ across ranks when training started{_where(starts[0])}: "
+        f"{_groups(prints)}; fix: {FIX_BROADCAST}",
+        cell,
+    )
+
+
+# --------------------------------------------------------------------------------- allreduce
+
+
+def _change(rank_records: List[dict]) -> Optional[List[np.ndarray]]:
+    start = first_start(rank_records)
+    end = last_end(rank_records, start) if start else None
+    if start is None or end is None or end["names"] != start["names"]:
+        return None
+    return [np.asarray(e) - np.asarray(s) for s, e in zip(start["samples"], end["samples"])]
+
+
+def _largest_difference(changes: Dict[int, List[np.ndarray]]) -> tuple:
+    """(rank differing most from rank 0, its largest element difference, the tolerance)."""
+    reference = changes[0]
+    scale = max((float(np.max(np.abs(c))) for c in reference if c.size), default=0.0)
+    tolerance = 1e-4 * scale + 1e-6
+    worst_rank, worst = 0, 0.0
+    for rank, change in changes.items():
+        for a, b in zip(reference, change):
+            difference = float(np.max(np.abs(a - b))) if a.size else 0.0
+            if difference > worst:
+                worst_rank, worst = rank, difference
+    return worst_rank, worst, tolerance
+
+
+def ranks_read_same_data(records: Records, size: int) -> Optional[bool]:
+    inputs = {rank: training_input(records.get(rank, [])) for rank in range(size)}
+    if any(record is None for record in inputs.values()):
+        return None
+    return len({record["fingerprint"] for record in inputs.values()}) == 1
+
+
+def check_allreduce(records: Records, size: int) -> Check:
+    if size < 2:
+        return Check("allreduce", NOT_OBSERVED, "one rank: nothing to compare")
+    changes = {rank: _change(records.get(rank, [])) for rank in range(size)}
+    missing = [rank for rank, change in changes.items() if change is None]
+    if missing:
+        return Check(
+            "allreduce",
+            NOT_OBSERVED,
+            f"no complete training (start and end weights) seen on rank(s) {','.join(map(str, missing))}",
+        )
+    start = first_start(records[0])
+    end = last_end(records[0], start)
+    cells = f"cells {start['cell']}-{end['cell']}" if start["cell"] != end["cell"] else f"cell {start['cell']}"
+    rank, difference, tolerance = _largest_difference(changes)
+    same_data = ranks_read_same_data(records, size)
+    if difference > tolerance:
+        return Check(
+            "allreduce",
+            FAIL,
+            f"weights changed differently on each rank during training ({cells}, {start['source']}): "
+            f"rank {rank} differs from rank 0 by up to {difference:.3g}; fix: {FIX_ALLREDUCE}",
+            end["cell"],
+        )
+    if same_data is None:
+        return Check(
+            "allreduce",
+            NOT_OBSERVED,
+            f"weights changed identically on all ranks ({cells}) but the input was not observed, "
+            "so it is unknown whether the ranks read different data",
+            end["cell"],
+        )
+    if same_data:
+        return Check(
+            "allreduce",
+            NOT_OBSERVED,
+            f"weights changed identically on all ranks ({cells}), but every rank read the same data, "
+            f"which proves nothing; shard the data first ({FIX_SHARD})",
+            end["cell"],
+        )
+    return Check(
+        "allreduce",
+        PASS,
+        f"weights changed identically on all {size} ranks ({cells}, {start['source']}) "
+        "while the ranks read different data",
+        end["cell"],
+    )
+
+
+# ------------------------------------------------------------------------------------- shard
+
+
+def check_shard(records: Records, size: int) -> Check:
+    if size < 2:
+        return Check("shard", NOT_OBSERVED, "one rank: nothing to compare")
+    inputs = {rank: training_input(records.get(rank, [])) for rank in range(size)}
+    missing = [rank for rank, record in inputs.items() if record is None]
+    if missing:
+        return Check(
+            "shard",
+            NOT_OBSERVED,
+            f"no input batch seen on rank(s) {','.join(map(str, missing))} "
+            "(watched: fit's x, Estimator input_fn datasets, datasets iterated eagerly)",
+        )
+    first = inputs[0]
+    cell = first["cell"]
+    prints = {rank: record["fingerprint"] for rank, record in inputs.items()}
+    if len(set(prints.values())) < size:
+        return Check(
+            "shard",
+            FAIL,
+            f"ranks read the same first batch{_where(first)}: {_groups(prints)}; fix: {FIX_SHARD}",
+            cell,
+        )
+    random = [rank for rank, record in inputs.items() if record.get("deterministic") is False]
+    unsharded = [rank for rank in random if not inputs[rank].get("sharded")]
+    if unsharded:
+        return Check(
+            "shard",
+            NOT_OBSERVED,
+            f"first batches differ{_where(first)}, but the input pipeline is random (an unseeded shuffle?) "
+            "and does not shard by rank, so the difference does not show that each rank reads its own part; "
+            "seed the shuffle to check, or shard before shuffling",
+            cell,
+        )
+    return Check("shard", PASS, f"each of the {size} ranks read a different first batch{_where(first)}", cell)

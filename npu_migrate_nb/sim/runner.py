@@ -1,0 +1,452 @@
+"""Run notebook cells on every rank of a simulated cluster, in order and statefully (like ``%%px``).
+
+Output streams live, each line prefixed ``[rank R]``; a failing rank's traceback is shown with its
+rank. Faults stop the whole cluster and say what happened:
+
+* a rank dies (exception that leaves the others stuck, ``os._exit``, killed): the rank, how it
+  ended and its last output, within a second or two;
+* a cell runs past its timeout (typically: one rank skipped a collective): which ranks wait in
+  which collective, and which finished;
+* an interrupt (Ctrl-C, or Jupyter's stop button, which is SIGINT to the kernel): every rank stops.
+
+After the cells, the probes' records from every rank are judged by :mod:`.checks`.
+``run_command`` is the ``npu-migrate-nb run`` door.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, TextIO
+
+from ..ipython_syntax import mask
+from ..notebook import InputError, Notebook, load
+from . import checks as checks_module
+from .cluster import Cluster, ClusterError
+
+EXIT_OK, EXIT_FAILED, EXIT_INPUT = 0, 1, 2
+POLL_SECONDS = 0.05
+# After one rank raised, how long the others may still run before they count as stuck (in SPMD
+# code they are usually waiting in a collective the failed rank will never join).
+GRACE_AFTER_ERROR = 3.0
+# Cell magics that only mean "on every rank": the runner already does that.
+_RANK_CELL_MAGICS = ("px", "npu_distribute", "autopx")
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_USER_FRAME = re.compile(r'File "(?:[^"]*ipykernel_\d+/\d+\.py|<ipython-input-[^"]*>)", line (\d+)')
+
+
+@dataclass
+class RankOutcome:
+    rank: int
+    stdout: str = ""
+    stderr: str = ""
+    error: Optional[str] = None
+
+    def to_json(self) -> dict:
+        return {"rank": self.rank, "stdout": self.stdout, "stderr": self.stderr, "error": self.error}
+
+
+@dataclass
+class CellOutcome:
+    cell: int
+    status: str  # "ok" | "error" | "timeout" | "skipped"
+    ranks: List[RankOutcome] = field(default_factory=list)
+    message: Optional[str] = None
+
+    def to_json(self) -> dict:
+        data = {"cell": self.cell, "status": self.status, "ranks": [r.to_json() for r in self.ranks]}
+        if self.message:
+            data["message"] = self.message
+        return data
+
+
+@dataclass
+class RunResult:
+    ranks: int
+    cells: List[CellOutcome]
+    checks: Dict[str, checks_module.Check]
+    elapsed_s: float
+    tf1: bool = False
+
+    @property
+    def cells_ok(self) -> bool:
+        return all(cell.status in ("ok", "skipped") for cell in self.cells) and not self.interrupted_or_lost
+
+    @property
+    def interrupted_or_lost(self) -> bool:
+        return any(cell.status in ("error", "timeout") for cell in self.cells)
+
+    @property
+    def ok(self) -> bool:
+        return self.cells_ok and all(c.status != checks_module.FAIL for c in self.checks.values())
+
+    def to_json(self) -> dict:
+        return {
+            "ok": self.ok,
+            "ranks": self.ranks,
+            "checks": {name: check.status for name, check in self.checks.items()},
+            "check_details": {name: check.to_json() for name, check in self.checks.items()},
+            "cells": [cell.to_json() for cell in self.cells],
+            "elapsed_s": round(self.elapsed_s, 3),
+            "tf1": self.tf1,
+        }
+
+
+class _Fault(Exception):
+    """Something that stops every rank: the cell gets ``status`` and the run stops."""
+
+    def __init__(self, status: str, message: str):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class Runner:
+    """Cells to ranks. One Runner per cluster session; records accumulate across cells."""
+
+    def __init__(self, cluster: Cluster, timeout: float = 300.0, echo: Optional[TextIO] = None,
+                 errors: Optional[TextIO] = None):
+        self.cluster = cluster
+        self.timeout = timeout
+        self.echo = echo if echo is not None else sys.stdout
+        self.errors = errors if errors is not None else sys.stderr
+        self.records: Dict[int, List[dict]] = {rank: [] for rank in range(cluster.n)}
+        self.stopped_after: Optional[int] = None  # the cell after which the cluster was stopped
+
+    # --------------------------------------------------------------------------- notebooks
+
+    def run_notebook(self, notebook: Notebook) -> RunResult:
+        started = time.monotonic()
+        self._enter_directory(os.path.dirname(os.path.abspath(notebook.path)))
+        outcomes = [self.run_cell(cell.index, cell.source, cell.cell_type) for cell in notebook.cells]
+        return RunResult(
+            ranks=self.cluster.n,
+            cells=outcomes,
+            checks=self.evaluate_checks(),
+            elapsed_s=time.monotonic() - started,
+            tf1=self.cluster.tf1,
+        )
+
+    def evaluate_checks(self) -> Dict[str, checks_module.Check]:
+        return checks_module.evaluate(self.records, self.cluster.n)
+
+    def _enter_directory(self, directory: str) -> None:
+        # Relative paths in the notebook mean its own directory, as in Jupyter.
+        self.cluster.view.apply_sync(os.chdir, directory)
+
+    # ------------------------------------------------------------------------------- cells
+
+    def run_cell(self, index: int, source: str, cell_type: str = "code") -> CellOutcome:
+        if self.stopped_after is not None:
+            return CellOutcome(index, "skipped", message=f"not run: the ranks were stopped at cell {self.stopped_after}")
+        code = runnable_code(source) if cell_type == "code" else None
+        if code is None:
+            return CellOutcome(index, "skipped", message="not Python code")
+        if not code.strip():
+            return CellOutcome(index, "ok", [RankOutcome(rank) for rank in self.cluster.ranks])
+        try:
+            return self._execute(index, code)
+        except KeyboardInterrupt:
+            self._stop(index)
+            print(f"interrupted during cell {index}: stopped all {self.cluster.n} ranks", file=self.errors)
+            raise
+
+    def _execute(self, index: int, code: str) -> CellOutcome:
+        from . import probes
+
+        view = self.cluster.view
+        view.apply(probes.begin_cell, index)
+        result = view.execute(code, silent=False)
+        watch = _Watch(self, index, result)
+        try:
+            watch.wait()
+        except _Fault as fault:
+            outcome = watch.outcome(fault.status, fault.message)
+            self._stop(index)
+            print(fault.message, file=self.errors)
+            return outcome
+        outcome = watch.outcome()
+        self._collect_records(probes)
+        return outcome
+
+    def _collect_records(self, probes) -> None:
+        try:
+            per_rank = self.cluster.view.apply_sync(probes.end_cell)
+        except Exception as error:  # probes unavailable (no TensorFlow in the ranks): nothing recorded
+            print(f"(no run-time checks: {error})", file=self.errors)
+            return
+        for rank, records in zip(self.cluster.ranks, per_rank):
+            self.records[rank].extend(records)
+
+    def _stop(self, index: int) -> None:
+        self.stopped_after = index
+        self.cluster.stop()
+
+
+def runnable_code(source: str) -> Optional[str]:
+    """The code to send to the ranks' IPython, or None for a cell that is not Python (%%bash...)."""
+    masked = mask(source)
+    if masked.code is None:
+        return None
+    if masked.cell_magic in _RANK_CELL_MAGICS:
+        lines = source.splitlines(keepends=True)
+        first = next(i for i, line in enumerate(lines) if line.strip())
+        return "".join(lines[first + 1:])
+    return source
+
+
+class _Watch:
+    """One cell in flight on every rank: streams output, notices faults."""
+
+    def __init__(self, runner: Runner, index: int, result):
+        self.runner = runner
+        self.cluster = runner.cluster
+        self.index = index
+        self.result = result
+        self.client = self.cluster.client
+        self.msg_ids = dict(zip(self.cluster.ranks, result.msg_ids))
+        self.futures = dict(zip(self.cluster.ranks, result._children))
+        self.printed = {(rank, name): 0 for rank in self.cluster.ranks for name in ("stdout", "stderr")}
+        self.rank_errors: Dict[int, str] = {}
+
+    # ----------------------------------------------------------------------------- waiting
+
+    def wait(self) -> None:
+        started = time.monotonic()
+        first_error_at = None
+        while True:
+            finished = self.finished_ranks()
+            self.stream_output()
+            if len(finished) == len(self.msg_ids):
+                self.stream_output(final=True)
+                self.show_errors()
+                return
+            dead = self.cluster.dead_ranks()
+            if dead:
+                raise _Fault("error", self.death_message(dead))
+            now = time.monotonic()
+            if first_error_at is None and any(self.error_of(rank) for rank in finished):
+                first_error_at = now
+            if first_error_at is not None and now - first_error_at > GRACE_AFTER_ERROR:
+                raise _Fault("error", self.stuck_after_error_message(finished))
+            if now - started > self.runner.timeout:
+                raise _Fault("timeout", self.timeout_message(finished))
+            time.sleep(POLL_SECONDS)
+
+    def finished_ranks(self) -> List[int]:
+        """Ranks whose reply AND all output arrived (ipyparallel: the reply future and its output
+        future, resolved by the engine's "idle" status, which comes after the last output)."""
+        return [rank for rank, future in self.futures.items() if future.done() and _output_done(future)]
+
+    def metadata(self, rank: int) -> dict:
+        output = getattr(self.futures[rank], "output", None)
+        return getattr(output, "metadata", None) or {}
+
+    def error_of(self, rank: int) -> Optional[str]:
+        if rank in self.rank_errors:
+            return self.rank_errors[rank]
+        future = self.futures[rank]
+        if not future.done():
+            return None
+        try:
+            result = future.result()
+        except BaseException as raised:  # a future may carry the error instead of returning it
+            result = raised
+        if isinstance(result, BaseException):
+            self.rank_errors[rank] = format_remote_error(result)
+            return self.rank_errors[rank]
+        return None
+
+    # ------------------------------------------------------------------------------ output
+
+    def text(self, rank: int, name: str) -> str:
+        return self.metadata(rank).get(name) or ""
+
+    def stream_output(self, final: bool = False) -> None:
+        for (rank, name), done in self.printed.items():
+            text = self.text(rank, name)
+            end = len(text) if final else text.rfind("\n", done) + 1
+            if end > done:
+                target = self.runner.echo if name == "stdout" else self.runner.errors
+                target.write(prefix_lines(text[done:end], f"[rank {rank}] "))
+                target.flush()
+                self.printed[(rank, name)] = end
+
+    def show_errors(self) -> None:
+        by_text: Dict[str, List[int]] = {}
+        for rank in self.cluster.ranks:
+            error = self.error_of(rank)
+            if error:
+                by_text.setdefault(error, []).append(rank)
+        for error, ranks in by_text.items():
+            label = f"[rank {ranks[0]}] " if len(ranks) == 1 else f"[ranks {','.join(map(str, ranks))}] "
+            self.runner.errors.write(prefix_lines(error, label))
+        self.runner.errors.flush()
+
+    def outcome(self, status: Optional[str] = None, message: Optional[str] = None) -> CellOutcome:
+        ranks = []
+        for rank in self.cluster.ranks:
+            stdout = self.text(rank, "stdout") + self.execute_result_text(rank)
+            ranks.append(RankOutcome(rank, stdout, self.text(rank, "stderr"), self.error_of(rank)))
+        if status is None:
+            status = "error" if any(r.error for r in ranks) else "ok"
+        elif message:
+            for rank_outcome in ranks:
+                rank_outcome.error = rank_outcome.error or message
+        return CellOutcome(self.index, status, ranks, message)
+
+    def execute_result_text(self, rank: int) -> str:
+        result = self.metadata(rank).get("execute_result") or {}
+        text = (result.get("data") or {}).get("text/plain")
+        return f"{text}\n" if text else ""
+
+    # ---------------------------------------------------------------------------- messages
+
+    def last_output(self, rank: int, lines: int = 5) -> str:
+        text = (self.text(rank, "stdout") + self.text(rank, "stderr")).strip()
+        tail = text.splitlines()[-lines:]
+        return " | ".join(tail) if tail else "(no output)"
+
+    def death_message(self, dead: Dict[int, str]) -> str:
+        # The rank that died first is the one MPI did not kill: prefer an exit code over SIGKILL.
+        culprit = sorted(dead, key=lambda r: ("SIGKILL" in dead[r] or "SIGTERM" in dead[r], r))[0]
+        others = [r for r in self.cluster.ranks if r != culprit]
+        return (
+            f"rank {culprit} died during cell {self.index} ({dead[culprit]}); its last output: "
+            f"{self.last_output(culprit)}. Stopped the other ranks ({','.join(map(str, others)) or 'none'})."
+        )
+
+    def stuck_after_error_message(self, finished: List[int]) -> str:
+        failed = [r for r in finished if self.error_of(r)]
+        running = [r for r in self.cluster.ranks if r not in finished]
+        first_line = _last_line(self.error_of(failed[0]))
+        return (
+            f"rank {failed[0]} failed in cell {self.index} ({first_line}) while "
+            f"{self._where_running(running)} {GRACE_AFTER_ERROR:g} s later. Stopped all ranks."
+        )
+
+    def timeout_message(self, finished: List[int]) -> str:
+        running = [r for r in self.cluster.ranks if r not in finished]
+        message = f"cell {self.index} timed out after {self.runner.timeout:g} s: {self._where_running(running)}"
+        if finished:
+            message += f"; rank(s) {','.join(map(str, finished))} finished the cell"
+            if any(self.cluster.collective_of(r) for r in running):
+                message += " (a rank that skips a collective leaves the others waiting in it)"
+        return message + ". Stopped all ranks."
+
+    def _where_running(self, running: List[int]) -> str:
+        stacks = self.cluster.stacks_of(running)
+        parts = []
+        for rank in running:
+            collective = self.cluster.collective_of(rank)
+            line = _user_line(stacks.get(rank, ""))
+            where = f" at line {line} of the cell" if line else ""
+            if collective:
+                parts.append(f"rank {rank} waits in {collective}{where}")
+            else:
+                parts.append(f"rank {rank} is still running{where}")
+        return "; ".join(parts)
+
+
+def _output_done(future) -> bool:
+    output = getattr(future, "output", None)
+    return output is None or output.done()
+
+
+def format_remote_error(error: BaseException) -> str:
+    text = getattr(error, "traceback", None)
+    if not text:
+        render = getattr(error, "render_traceback", None)
+        text = "\n".join(render()) if render else f"{type(error).__name__}: {error}"
+    return _ANSI.sub("", text).rstrip() + "\n"
+
+
+def prefix_lines(text: str, prefix: str) -> str:
+    lines = text.splitlines()
+    return "".join(f"{prefix}{line}\n" for line in lines)
+
+
+def _last_line(text: Optional[str]) -> str:
+    lines = [line for line in (text or "").splitlines() if line.strip()]
+    return lines[-1].strip() if lines else "error"
+
+
+def _user_line(stack: str) -> Optional[int]:
+    found = _USER_FRAME.search(stack)  # faulthandler lists the innermost frame first
+    return int(found.group(1)) if found else None
+
+
+# ---------------------------------------------------------------------------------------- door
+
+
+def detect_tf1(notebook: Notebook) -> bool:
+    """TF1 idioms (tf.Session, tf.layers, tf.train.*Optimizer) per the analyzer, if it is there."""
+    try:
+        from ..analysis import analyze
+    except ImportError:
+        return _looks_like_tf1(notebook)
+    try:
+        return analyze(notebook).adapter == "npu_bridge"
+    except Exception:
+        return _looks_like_tf1(notebook)
+
+
+_TF1_IDIOMS = re.compile(
+    r"\btf\.(Session|placeholder|layers\.|train\.\w+Optimizer|global_variables_initializer|estimator\.Estimator)"
+    r"|\bnpu_bridge\b"
+)
+
+
+def _looks_like_tf1(notebook: Notebook) -> bool:
+    return any(_TF1_IDIOMS.search(cell.source) for cell in notebook.code_cells)
+
+
+def run_command(args) -> int:
+    try:
+        notebook = load(args.path)
+    except InputError as error:
+        print(str(error), file=sys.stderr)
+        return EXIT_INPUT
+    if not notebook.is_python:
+        print(f"{args.path}: not a Python notebook (language {notebook.language!r})", file=sys.stderr)
+        return EXIT_INPUT
+    if args.ranks < 1:
+        print(f"{args.path}: -n must be at least 1", file=sys.stderr)
+        return EXIT_INPUT
+    started = time.monotonic()
+    json_output = args.format == "json"
+    tf1 = bool(args.tf1) or detect_tf1(notebook)
+    cluster = Cluster(n=args.ranks, profile=getattr(args, "profile", None), tf1=tf1)
+    try:
+        try:
+            cluster.start()
+        except ClusterError as error:
+            print(f"npu-migrate-nb run: the cluster could not start: {error}", file=sys.stderr)
+            return EXIT_INPUT
+        echo = sys.stderr if json_output else sys.stdout
+        result = Runner(cluster, timeout=args.timeout, echo=echo, errors=sys.stderr).run_notebook(notebook)
+    finally:
+        cluster.stop()
+    result.elapsed_s = time.monotonic() - started  # the whole run, cluster start and stop included
+    if json_output:
+        print(json.dumps(result.to_json(), indent=2))
+    else:
+        print(render_text(result))
+    return EXIT_OK if result.ok else EXIT_FAILED
+
+
+def render_text(result: RunResult) -> str:
+    lines = ["", f"cells ({result.ranks} ranks{', TF1 mode' if result.tf1 else ''}):"]
+    for cell in result.cells:
+        note = f": {cell.message}" if cell.message and cell.status != "skipped" else ""
+        lines.append(f"  cell {cell.cell}: {cell.status}{note}")
+    lines.append("checks:")
+    for name, check in result.checks.items():
+        lines.append(f"  {name:<10} {check.status:<13} {check.detail}")
+    verdict = "ok" if result.ok else "FAILED"
+    lines.append(f"{verdict} in {result.elapsed_s:.1f} s")
+    return "\n".join(lines)
