@@ -8,9 +8,10 @@ notebook; :class:`NotebookFacts` adds positions and resolves names across cells.
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from . import ipython_syntax
 from .notebook import MAX_CELL_CHARS, Notebook
@@ -69,32 +70,80 @@ class ImportFact:
     function: Optional[str]
 
 
+_IDENTIFIER = re.compile(r"[^\W\d]\w*")
+# Lines as Python's tokenizer counts them (str.splitlines also breaks at form feeds and others),
+# each with its line break, so that segments keep the source's own line endings.
+_LINE_BREAKS = re.compile(r"(?<=\n)|(?<=\r)(?!\n)")
+
+
 @dataclass(eq=False)
 class CellFacts:
+    """Facts of one cell. The full scan (calls, assignments, definitions) runs on first use only:
+    queries first filter cells by ``names``, a cheap superset of the identifiers in the cell."""
+
     masked: ipython_syntax.MaskedCell
     tree: Optional[ast.Module] = None
     error: Optional[Tuple[int, int, str]] = None  # (line, column, message) when the cell cannot be read
     lines: List[str] = field(default_factory=list)
-    calls: List[CallSite] = field(default_factory=list)
-    calls_by_method: Dict[str, List[CallSite]] = field(default_factory=dict)
-    assignments: Dict[str, List[Assignment]] = field(default_factory=dict)
+    names: FrozenSet[str] = frozenset()  # every word that could be an identifier or attribute
     imports: List[ImportFact] = field(default_factory=list)
-    functions: Dict[str, ast.AST] = field(default_factory=dict)
-    classes: Dict[str, ast.ClassDef] = field(default_factory=dict)
-    names: frozenset = frozenset()  # every identifier and attribute name used
+    _scanned: bool = field(default=False, repr=False)
+    _calls: List[CallSite] = field(default_factory=list, repr=False)
+    _calls_by_method: Dict[str, List[CallSite]] = field(default_factory=dict, repr=False)
+    _assignments: Dict[str, List[Assignment]] = field(default_factory=dict, repr=False)
+    _functions: Dict[str, ast.AST] = field(default_factory=dict, repr=False)
+    _classes: Dict[str, ast.ClassDef] = field(default_factory=dict, repr=False)
 
     @property
     def is_python(self) -> bool:
         return self.masked.is_python
 
+    @property
+    def calls(self) -> List[CallSite]:
+        self._scan()
+        return self._calls
+
+    @property
+    def calls_by_method(self) -> Dict[str, List[CallSite]]:
+        self._scan()
+        return self._calls_by_method
+
+    @property
+    def assignments(self) -> Dict[str, List[Assignment]]:
+        self._scan()
+        return self._assignments
+
+    @property
+    def functions(self) -> Dict[str, ast.AST]:
+        self._scan()
+        return self._functions
+
+    @property
+    def classes(self) -> Dict[str, ast.ClassDef]:
+        self._scan()
+        return self._classes
+
+    def _scan(self) -> None:
+        if not self._scanned and self.tree is not None:
+            self._scanned = True
+            _Scanner(self).scan(self.tree.body, None)
+            _link_calls(self)
+
     def segment(self, node: ast.AST) -> str:
         """The exact source text of ``node`` (as masked)."""
-        return ast.get_source_segment(self.masked.code, node) or ""
+        first, last = node.lineno - 1, node.end_lineno - 1
+        start, end = node.col_offset, node.end_col_offset
+        if first == last:
+            return self.lines[first].encode()[start:end].decode()
+        parts = [self.lines[first].encode()[start:].decode()]
+        parts += self.lines[first + 1:last]
+        parts.append(self.lines[last].encode()[:end].decode())
+        return "".join(parts)
 
     def char_column(self, line: int, byte_column: int) -> int:
         """``ast`` counts columns in UTF-8 bytes; people and libcst count characters."""
         text = self.lines[line - 1] if 0 < line <= len(self.lines) else ""
-        if text.isascii():
+        if text.isascii():  # the common case: bytes are characters
             return byte_column
         return len(text.encode("utf-8")[:byte_column].decode("utf-8", errors="ignore"))
 
@@ -124,40 +173,61 @@ def facts_for(source: str) -> CellFacts:
     except (ValueError, RecursionError, MemoryError) as error:
         facts.error = (1, 1, f"cannot parse: {error}")
         return facts
-    facts.lines = masked.code.splitlines()
-    _Scanner(facts).scan(facts.tree.body, None)
-    _link_calls(facts)
+    facts.lines = _LINE_BREAKS.split(masked.code)
+    facts.names = frozenset(_IDENTIFIER.findall(masked.code))
+    facts.imports = _imports_of(facts.tree.body)
     return facts
+
+
+def _imports_of(body: Sequence[ast.stmt]) -> List[ImportFact]:
+    """Module-level imports, including those under ``if``/``try``/``with`` (cheap: no expressions)."""
+    found: List[ImportFact] = []
+    pending = list(body)
+    while pending:
+        stmt = pending.pop(0)
+        if isinstance(stmt, ast.Import):
+            for alias in stmt.names:
+                local = alias.asname or alias.name.split(".")[0]
+                module = alias.name if alias.asname else local
+                found.append(ImportFact(local, module, stmt, None))
+        elif isinstance(stmt, ast.ImportFrom):
+            module = ("." * stmt.level) + (stmt.module or "")
+            for alias in stmt.names:
+                local = "*" if alias.name == "*" else (alias.asname or alias.name)
+                found.append(ImportFact(local, module if local == "*" else f"{module}.{alias.name}", stmt, None))
+        elif isinstance(stmt, (ast.If, ast.Try, ast.With)):
+            nested = list(stmt.body) + list(getattr(stmt, "orelse", [])) + list(getattr(stmt, "finalbody", []))
+            for handler in getattr(stmt, "handlers", []):
+                nested += handler.body
+            pending[:0] = nested
+    return found
 
 
 class _Scanner:
     def __init__(self, facts: CellFacts):
         self.facts = facts
-        self.names = set()
 
     def scan(self, body: Sequence[ast.stmt], function: Optional[str]) -> None:
         for stmt in body:
             self.statement(stmt, function)
-        self.facts.names = frozenset(self.names)
 
     def statement(self, stmt: ast.stmt, function: Optional[str]) -> None:
         facts = self.facts
         if isinstance(stmt, _FUNCTION_NODES):
-            facts.functions[stmt.name] = stmt
+            facts._functions[stmt.name] = stmt
             for expr in stmt.decorator_list + _default_values(stmt.args):
                 self.expression(expr, stmt, function)
             for inner in stmt.body:
                 self.statement(inner, stmt.name)
             return
         if isinstance(stmt, ast.ClassDef):
-            facts.classes[stmt.name] = stmt
+            facts._classes[stmt.name] = stmt
             for expr in stmt.bases + stmt.keywords:
                 self.expression(expr, stmt, function)
             for inner in stmt.body:
                 self.statement(inner, function)
             return
         if isinstance(stmt, (ast.Import, ast.ImportFrom)):
-            self.imports(stmt, function)
             return
         if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
             self.assignment(stmt, function)
@@ -183,16 +253,10 @@ class _Scanner:
                 self.statement(inner, function)
 
     def expression(self, root: ast.AST, stmt: ast.stmt, function: Optional[str]) -> None:
-        names = self.names
-        calls = self.facts.calls
-        by_method = self.facts.calls_by_method
+        calls = self.facts._calls
+        by_method = self.facts._calls_by_method
         for node in ast.walk(root):
-            kind = type(node)
-            if kind is ast.Name:
-                names.add(node.id)
-            elif kind is ast.Attribute:
-                names.add(node.attr)
-            elif kind is ast.Call:
+            if type(node) is ast.Call:
                 func = node.func
                 receiver = func.value if type(func) is ast.Attribute else None
                 method = func.attr if receiver is not None else (func.id if type(func) is ast.Name else "")
@@ -214,27 +278,9 @@ class _Scanner:
     def bind(self, target, value, stmt, function, tuple_target=False) -> None:
         name = dotted_name(target)
         if name is not None:
-            self.facts.assignments.setdefault(name, []).append(
+            self.facts._assignments.setdefault(name, []).append(
                 Assignment(name, value, stmt, function, tuple_target)
             )
-
-    def imports(self, stmt, function) -> None:
-        facts = self.facts
-        if isinstance(stmt, ast.Import):
-            for alias in stmt.names:
-                if alias.asname:
-                    facts.imports.append(ImportFact(alias.asname, alias.name, stmt, function))
-                else:
-                    top = alias.name.split(".")[0]
-                    facts.imports.append(ImportFact(top, top, stmt, function))
-            return
-        module = ("." * stmt.level) + (stmt.module or "")
-        for alias in stmt.names:
-            if alias.name == "*":
-                facts.imports.append(ImportFact("*", module, stmt, function))
-            else:
-                local = alias.asname or alias.name
-                facts.imports.append(ImportFact(local, f"{module}.{alias.name}", stmt, function))
 
 
 def _default_values(arguments: ast.arguments) -> List[ast.expr]:
@@ -346,6 +392,14 @@ class NotebookFacts:
                     self.aliases[fact.local] = fact.module
         self._resolved: Dict[str, str] = {}
         self.cell_facts = dict(self.cells)
+        self._cells_with: Dict[str, List[Tuple[int, CellFacts]]] = {}
+        for entry in self.cells:
+            for name in entry[1].names:
+                self._cells_with.setdefault(name, []).append(entry)
+
+    def cells_mentioning(self, name: str) -> List[Tuple[int, CellFacts]]:
+        """The cells (in order) whose source contains the word ``name``."""
+        return self._cells_with.get(name, [])
 
     # names
     def resolve(self, dotted: Optional[str]) -> str:
@@ -381,9 +435,16 @@ class NotebookFacts:
 
     # queries
     def calls(self, *methods: str) -> Iterator[Tuple[int, CellFacts, CallSite]]:
-        for index, facts in self.cells:
+        """Calls of these methods or functions, in notebook order."""
+        if len(methods) == 1:
+            cells = self.cells_mentioning(methods[0])
+        else:
+            seen = {index: facts for method in methods for index, facts in self.cells_mentioning(method)}
+            cells = sorted(seen.items(), key=lambda entry: entry[0])
+        for index, facts in cells:
+            by_method = facts.calls_by_method
             for method in methods:
-                for site in facts.calls_by_method.get(method, ()):
+                for site in by_method.get(method, ()):
                     yield index, facts, site
 
     def calls_to(self, *qualified: str) -> Iterator[Tuple[int, CellFacts, CallSite]]:
@@ -395,21 +456,21 @@ class NotebookFacts:
                 yield index, facts, site
 
     def assignments(self, name: str) -> Iterator[Tuple[int, CellFacts, Assignment]]:
-        for index, facts in self.cells:
+        for index, facts in self.cells_mentioning(name.rsplit(".", 1)[-1]):
             for assignment in facts.assignments.get(name, ()):
                 yield index, facts, assignment
 
     def function(self, name: str) -> Optional[Tuple[int, CellFacts, ast.AST]]:
         found = None
-        for index, facts in self.cells:
+        for index, facts in self.cells_mentioning(name):
             if name in facts.functions:
                 found = (index, facts, facts.functions[name])
         return found
 
     def uses_name(self, name: str) -> bool:
-        return any(name in facts.names for _, facts in self.cells)
+        return name in self._cells_with
 
-    def all_calls(self) -> Iterable[Tuple[int, CellFacts, CallSite]]:
-        for index, facts in self.cells:
+    def all_calls(self, mentioning: Optional[str] = None) -> Iterable[Tuple[int, CellFacts, CallSite]]:
+        for index, facts in self.cells if mentioning is None else self.cells_mentioning(mentioning):
             for site in facts.calls:
                 yield index, facts, site

@@ -364,6 +364,8 @@ def _training_loop(context, cell, facts, site: CallSite):
 
 
 def _horovod_broadcast(context) -> bool:
+    if not context.facts.imports_module("horovod"):
+        return False
     for _, _, site in context.facts.all_calls():
         resolved = context.facts.resolve(site.dotted)
         if resolved.startswith("horovod.") and "roadcast" in resolved:

@@ -90,9 +90,8 @@ def _is_keras_model(context, call: ast.Call) -> bool:
     if name.startswith("tensorflow.keras."):
         return True
     if isinstance(call.func, ast.Name):
-        found = context.facts.cell_facts
         for _, facts in context.facts.cells:
-            cls = facts.classes.get(call.func.id)
+            cls = facts.classes.get(call.func.id) if call.func.id in facts.names else None
             if cls is not None:
                 return any(
                     context.facts.resolve(dotted_name(base)).startswith("tensorflow.keras") for base in cls.bases

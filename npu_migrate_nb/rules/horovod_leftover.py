@@ -43,6 +43,8 @@ class HorovodLeftover(Rule):
     ]
 
     def check(self, context) -> Iterable[Finding]:
+        if not context.facts.imports_module("horovod"):
+            return []
         findings = list(self._calls(context))
         if findings and all(finding.edits for finding in findings):
             findings += list(self._imports(context))

@@ -32,7 +32,7 @@ def reduction_for(context: "Context", facts: CellFacts, gradient: CallSite) -> T
 
 
 def _script_reduces_with_sum(context: "Context") -> bool:
-    for _, _, site in context.facts.all_calls():
+    for _, _, site in context.facts.all_calls(mentioning="ReduceOp"):
         for arg in list(site.node.args) + [keyword.value for keyword in site.node.keywords]:
             if isinstance(arg, ast.Attribute) and arg.attr == "SUM" and _attr_chain_has(arg, "ReduceOp"):
                 return True

@@ -141,7 +141,7 @@ class MissingShard(Rule):
             how = "add .shard(RANK_SIZE, RANK_ID) right after the source, before shuffle and batch"
         else:
             how = "add npu.distribute.shard_and_rebatch_dataset before shuffle and batch"
-        split = " and split the global batch across ranks" if batch is not None else ""
+        split = ", and split the global batch across ranks" if batch is not None else ""
         return self.finding(
             cell, facts, source.node,
             f"every rank reads the same data: {how}{split}", edits,

@@ -1,0 +1,117 @@
+"""What ``check`` and ``fix`` do, between the argument parser and the analysis half."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from dataclasses import replace as with_changes
+from typing import List, Optional, Tuple
+
+from .analysis import Analysis, Options, analyze
+from .notebook import InputError, Notebook, atomic_write, load, render
+from .report import cell_diffs, json_report, summary_lines, text_report
+
+EXIT_OK, EXIT_FINDINGS, EXIT_INPUT = 0, 1, 2
+
+
+def options_from(args) -> Options:
+    return Options(ranks=args.ranks, broadcast_style=args.broadcast_style)
+
+
+def exit_code_for(analysis: Analysis) -> int:
+    if not analysis.python:
+        return EXIT_INPUT
+    missing = any(status == "missing" for status in analysis.steps.values())
+    return EXIT_FINDINGS if (missing or analysis.problems or analysis.errors) else EXIT_OK
+
+
+def check_command(args) -> int:
+    analyses: List[Analysis] = []
+    status = EXIT_OK
+    for path in args.paths:
+        analysis, code = _analyze_path(path, options_from(args))
+        status = max(status, code)
+        if analysis is not None:
+            analyses.append(analysis)
+    if analyses:
+        sys.stdout.write(json_report(analyses) if args.format == "json" else text_report(analyses))
+    return status
+
+
+def _analyze_path(path: str, options: Options) -> Tuple[Optional[Analysis], int]:
+    try:
+        notebook = load(path)
+    except InputError as error:
+        _complain(error)
+        return None, EXIT_INPUT
+    analysis = analyze(notebook, options)
+    if not analysis.python:
+        print(f"npu-migrate-nb: {path}: not a Python notebook ({analysis.language})", file=sys.stderr)
+    return analysis, exit_code_for(analysis)
+
+
+def fix_command(args) -> int:
+    try:
+        notebook = load(args.path)
+    except InputError as error:
+        _complain(error)
+        return EXIT_INPUT
+    options = options_from(args)
+    analysis = analyze(notebook, options)
+    if not analysis.python:
+        print(f"npu-migrate-nb: {args.path}: not a Python notebook ({analysis.language})", file=sys.stderr)
+        return EXIT_INPUT
+    from .rewrite import fix_notebook  # libcst: only ``fix`` pays for it
+
+    result = fix_notebook(notebook, analysis)
+    for cell, reason in result.failed:
+        print(f"npu-migrate-nb: {args.path}:cell {cell}: not fixed: {reason}", file=sys.stderr)
+    try:
+        text = render(notebook, result.sources)
+    except InputError as error:
+        _complain(error)
+        return EXIT_INPUT
+    if args.diff or not (args.output or args.in_place):
+        sys.stdout.write(cell_diffs(notebook, result.sources))
+    written = _write(args, notebook, text, bool(result.sources))
+    remaining = _remaining(notebook, result.sources, options)
+    _summarize(args.path, result, remaining, written)
+    return exit_code_for(remaining)
+
+
+def _write(args, notebook: Notebook, text: str, changed: bool) -> Optional[str]:
+    if args.output:
+        atomic_write(args.output, text)
+        return args.output
+    if args.in_place and changed:
+        backup = args.path + ".orig"
+        shutil.copy2(args.path, backup)
+        atomic_write(args.path, text)
+        return args.path
+    return None
+
+
+def _remaining(notebook: Notebook, sources, options: Options) -> Analysis:
+    cells = [with_changes(cell, source=sources.get(cell.index, cell.source)) for cell in notebook.cells]
+    return analyze(with_changes(notebook, cells=cells), options)
+
+
+def _summarize(path: str, result, remaining: Analysis, written: Optional[str]) -> None:
+    changed = len(result.sources)
+    where = f", wrote {written}" if written else (", nothing written (use -o OUT or --in-place)" if changed else "")
+    print(f"npu-migrate-nb: {path}: applied {len(result.applied)} fix(es) in {changed} cell(s){where}", file=sys.stderr)
+    left = remaining.problems
+    if left:
+        print(f"npu-migrate-nb: {len(left)} finding(s) need your attention:", file=sys.stderr)
+        for finding in left:
+            print(
+                f"  {path}:cell {finding.cell}:{finding.line}:{finding.column}: {finding.severity}: "
+                f"{finding.message} [{finding.code}]",
+                file=sys.stderr,
+            )
+    for line in summary_lines(remaining):
+        print(line, file=sys.stderr)
+
+
+def _complain(error: InputError) -> None:
+    print(f"npu-migrate-nb: {error}", file=sys.stderr)
