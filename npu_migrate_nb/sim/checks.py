@@ -22,20 +22,35 @@ import numpy as np
 
 PASS, FAIL, NOT_OBSERVED = "pass", "fail", "not-observed"
 
-FIX_BROADCAST = (
-    "broadcast the trainable variables from rank 0 once the model is built: "
-    "npu.distribute.broadcast(model.trainable_variables) (TF2), NPUBroadcastGlobalVariablesHook / "
-    "hooks=npu_hooks_append(hooks) (Estimator), NPUBroadcastGlobalVariablesCallback(0) (TF1 Keras)"
-)
-FIX_ALLREDUCE = (
-    "aggregate the gradients: optimizer = npu.distribute.npu_distributed_keras_optimizer_wrapper(optimizer) "
-    "or npu.distribute.all_reduce(grads) (TF2), npu_distributed_optimizer_wrapper(optimizer) (TF1)"
-)
-FIX_SHARD = (
-    "give each rank its own data before batching: dataset, batch = "
-    "npu.distribute.shard_and_rebatch_dataset(dataset, global_batch) then dataset.batch(batch) (TF2), "
-    "dataset.shard(int(os.environ['RANK_SIZE']), int(os.environ['RANK_ID'])) (TF1)"
-)
+# The step that fixes each check, by what the probes saw training with.
+FIXES = {
+    "broadcast": {
+        "estimator": "append NPUBroadcastGlobalVariablesHook(0, rank_id) to the training hooks, "
+        "or pass hooks=npu_hooks_append(hooks) to train",
+        "keras fit": "after the model is built: npu.distribute.broadcast(model.trainable_variables) "
+        "(TF1 Keras: callbacks=[NPUBroadcastGlobalVariablesCallback(0)])",
+        "optimizer step": "after the model is built: npu.distribute.broadcast(model.trainable_variables)",
+    },
+    "allreduce": {
+        "estimator": "optimizer = npu_distributed_optimizer_wrapper(optimizer) in the model_fn",
+        "keras fit": "optimizer = npu.distribute.npu_distributed_keras_optimizer_wrapper(optimizer) "
+        "(TF1: npu_distributed_optimizer_wrapper)",
+        "optimizer step": "grads = npu.distribute.all_reduce(grads, reduction='mean') before apply_gradients, "
+        "or wrap the optimizer with npu.distribute.npu_distributed_keras_optimizer_wrapper",
+    },
+    "shard": {
+        "estimator": "in the input_fn: dataset.shard(int(os.environ['RANK_SIZE']), int(os.environ['RANK_ID'])) "
+        "before batching, with the batch size divided by RANK_SIZE",
+        "default": "dataset, batch_size = npu.distribute.shard_and_rebatch_dataset(dataset, global_batch_size), "
+        "then dataset.batch(batch_size)",
+    },
+}
+
+
+def fix_for(check: str, source: Optional[str]) -> str:
+    steps = FIXES[check]
+    key = "estimator" if source and source.startswith("estimator") else source
+    return "fix: " + steps.get(key, steps.get("default", steps.get("optimizer step", "")))
 
 
 @dataclass
@@ -137,7 +152,7 @@ def check_broadcast(records: Records, size: int) -> Check:
         "broadcast",
         FAIL,
         f"trainable variables differ across ranks when training started{_where(starts[0])}: "
-        f"{_groups(prints)}; fix: {FIX_BROADCAST}",
+        f"{_groups(prints)}; {fix_for('broadcast', starts[0]['source'])}",
         cell,
     )
 
@@ -195,7 +210,7 @@ def check_allreduce(records: Records, size: int) -> Check:
             "allreduce",
             FAIL,
             f"weights changed differently on each rank during training ({cells}, {start['source']}): "
-            f"rank {rank} differs from rank 0 by up to {difference:.3g}; fix: {FIX_ALLREDUCE}",
+            f"rank {rank} differs from rank 0 by up to {difference:.3g}; {fix_for('allreduce', start['source'])}",
             end["cell"],
         )
     if same_data is None:
@@ -211,7 +226,7 @@ def check_allreduce(records: Records, size: int) -> Check:
             "allreduce",
             NOT_OBSERVED,
             f"weights changed identically on all ranks ({cells}), but every rank read the same data, "
-            f"which proves nothing; shard the data first ({FIX_SHARD})",
+            f"which proves nothing; shard the data first ({fix_for('shard', start['source'])})",
             end["cell"],
         )
     return Check(
@@ -245,7 +260,7 @@ def check_shard(records: Records, size: int) -> Check:
         return Check(
             "shard",
             FAIL,
-            f"ranks read the same first batch{_where(first)}: {_groups(prints)}; fix: {FIX_SHARD}",
+            f"ranks read the same first batch{_where(first)}: {_groups(prints)}; {fix_for('shard', first['source'])}",
             cell,
         )
     random = [rank for rank, record in inputs.items() if record.get("deterministic") is False]

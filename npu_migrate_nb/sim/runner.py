@@ -121,6 +121,7 @@ class Runner:
 
     def run_notebook(self, notebook: Notebook) -> RunResult:
         started = time.monotonic()
+        self._reset_probes()
         self._enter_directory(os.path.dirname(os.path.abspath(notebook.path)))
         outcomes = [self.run_cell(cell.index, cell.source, cell.cell_type) for cell in notebook.cells]
         return RunResult(
@@ -133,6 +134,15 @@ class Runner:
 
     def evaluate_checks(self) -> Dict[str, checks_module.Check]:
         return checks_module.evaluate(self.records, self.cluster.n)
+
+    def _reset_probes(self) -> None:
+        from . import probes
+
+        self.records = {rank: [] for rank in range(self.cluster.n)}
+        try:
+            self.cluster.view.apply_sync(probes.reset)
+        except Exception:
+            pass
 
     def _enter_directory(self, directory: str) -> None:
         # Relative paths in the notebook mean its own directory, as in Jupyter.
