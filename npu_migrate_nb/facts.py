@@ -127,6 +127,10 @@ class CellFacts:
         if not self._scanned and self.tree is not None:
             self._scanned = True
             _Scanner(self).scan(self.tree.body, None)
+            in_source_order = lambda site: (site.node.lineno, site.node.col_offset)  # noqa: E731
+            self._calls.sort(key=in_source_order)
+            for sites in self._calls_by_method.values():
+                sites.sort(key=in_source_order)
             _link_calls(self)
 
     def segment(self, node: ast.AST) -> str:
@@ -255,7 +259,7 @@ class _Scanner:
     def expression(self, root: ast.AST, stmt: ast.stmt, function: Optional[str]) -> None:
         calls = self.facts._calls
         by_method = self.facts._calls_by_method
-        for node in ast.walk(root):
+        for node in _walk(root):
             if type(node) is ast.Call:
                 func = node.func
                 receiver = func.value if type(func) is ast.Attribute else None
@@ -281,6 +285,25 @@ class _Scanner:
             self.facts._assignments.setdefault(name, []).append(
                 Assignment(name, value, stmt, function, tuple_target)
             )
+
+
+_LEAF_TYPES = (ast.expr_context, ast.boolop, ast.operator, ast.unaryop, ast.cmpop, ast.Constant, ast.Name)
+
+
+def _walk(root: ast.AST) -> Iterator[ast.AST]:
+    """``ast.walk`` without its generator-per-node overhead, skipping nodes that hold no calls."""
+    stack = [root]
+    pop, push, extend = stack.pop, stack.append, stack.extend
+    AST, leaves = ast.AST, _LEAF_TYPES
+    while stack:
+        node = pop()
+        yield node
+        for name in node._fields:
+            value = getattr(node, name, None)
+            if type(value) is list:
+                extend([item for item in value if isinstance(item, AST) and not isinstance(item, leaves)])
+            elif isinstance(value, AST) and not isinstance(value, leaves):
+                push(value)
 
 
 def _default_values(arguments: ast.arguments) -> List[ast.expr]:

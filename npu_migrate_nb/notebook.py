@@ -11,9 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional
 
 # A cell larger than this is not analyzed (it is almost always generated data, not code).
@@ -68,7 +66,8 @@ class Notebook:
 def read_text(path: str) -> str:
     """Read a file as UTF-8 text, refusing binary files with a clear message."""
     try:
-        data = Path(path).read_bytes()
+        with open(path, "rb") as stream:
+            data = stream.read()
     except FileNotFoundError:
         raise InputError(path, "no such file") from None
     except IsADirectoryError:
@@ -196,10 +195,12 @@ def _validate(document: Dict[str, Any], path: str) -> None:
 
 def atomic_write(path: str, text: str) -> None:
     """Write ``text`` to ``path`` so that readers see the old file or the new one, never a mix."""
-    target = Path(path)
-    directory = target.parent if str(target.parent) else Path(".")
-    mode = target.stat().st_mode & 0o777 if target.exists() else None
-    handle, temp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+    import tempfile
+
+    directory = os.path.dirname(os.path.abspath(path))
+    mode = os.stat(path).st_mode & 0o777 if os.path.exists(path) else None
+    name = os.path.basename(path)
+    handle, temp_name = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
     try:
         with os.fdopen(handle, "w", encoding="utf-8", newline="") as stream:
             stream.write(text)
@@ -207,7 +208,7 @@ def atomic_write(path: str, text: str) -> None:
             os.fsync(stream.fileno())
         if mode is not None:
             os.chmod(temp_name, mode)
-        os.replace(temp_name, target)
+        os.replace(temp_name, path)
     except BaseException:
         try:
             os.unlink(temp_name)

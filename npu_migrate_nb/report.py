@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import json
 from typing import Dict, List, Mapping, Sequence
 
@@ -58,6 +57,8 @@ def json_report(analyses: Sequence[Analysis]) -> str:
 
 def cell_diffs(notebook: Notebook, new_sources: Mapping[int, str]) -> str:
     """A unified diff per changed cell, named ``PATH:cell N``."""
+    import difflib
+
     by_index: Dict[int, str] = {cell.index: cell.source for cell in notebook.cells}
     parts = []
     for index in sorted(new_sources):
