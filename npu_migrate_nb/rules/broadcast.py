@@ -294,7 +294,7 @@ def _last_list_update(facts: CellFacts, name: str, site: CallSite) -> Optional[a
     for assignment in facts.assignments.get(name, ()):
         if assignment.function == site.function and assignment.stmt.lineno < site.node.lineno:
             last = assignment.stmt
-    for call in facts.calls_by_method.get("append", ()) + facts.calls_by_method.get("extend", ()):
+    for call in [*facts.calls_by_method.get("append", ()), *facts.calls_by_method.get("extend", ())]:
         if call.dotted == f"{name}.{call.method}" and call.function == site.function and call.node.lineno < site.node.lineno:
             if last is None or call.stmt.lineno > last.lineno:
                 last = call.stmt

@@ -1,0 +1,125 @@
+"""The ``check`` and ``fix`` commands: formats, exit codes, byte-identical untouched parts."""
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+
+from npu_migrate_nb.cli import main
+
+from .conftest import EXAMPLES
+
+LINE = re.compile(r"^(?P<path>.+):cell (?P<cell>\d+):(?P<line>\d+):(?P<col>\d+): (?P<severity>error|warning|info): .+ \[(?P<code>[a-z0-9-]+)\]$")
+
+
+def run(argv, capsys):
+    code = main(argv)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_text_report_is_one_line_per_finding_then_the_steps(capsys):
+    path = str(EXAMPLES / "keras_single_card.ipynb")
+    code, out, _ = run(["check", path], capsys)
+    assert code == 1
+    lines = out.strip().splitlines()
+    findings = [line for line in lines if LINE.match(line)]
+    assert len(findings) == 3 and all(LINE.match(line)["path"] == path for line in findings)
+    assert lines[len(findings)] == f"{path}: framework keras, adapter npu_device"
+    assert [" ".join(line.split(":")[0].split()) for line in lines[-3:]] == ["MISSING variable broadcast (变量广播)",
+                                                                  "MISSING gradient aggregation (梯度聚合)",
+                                                                  "MISSING dataset sharding (数据集分片)"]
+
+
+def test_json_report_schema(capsys):
+    path = str(EXAMPLES / "custom_loop_single_card.ipynb")
+    code, out, _ = run(["check", path, "--format", "json"], capsys)
+    report = json.loads(out)
+    assert code == 1
+    assert set(report) == {"path", "language", "framework", "adapter", "steps", "findings", "errors"}
+    assert report["framework"] == "custom-loop" and report["adapter"] == "npu_device"
+    assert report["steps"] == {"broadcast": "missing", "allreduce": "missing", "shard": "missing"}
+    for finding in report["findings"]:
+        assert set(finding) == {"code", "step", "severity", "cell", "line", "column", "end_line", "end_column",
+                                "message", "fix"}
+        assert finding["step"] in ("broadcast", "allreduce", "shard", None)
+    allreduce = next(f for f in report["findings"] if f["code"] == "missing-allreduce")
+    assert allreduce["fix"] == 'grads = npu.distribute.all_reduce(grads, reduction="sum")'
+    assert "global batch size" in allreduce["message"]
+
+
+def test_json_for_several_paths_is_a_list(capsys):
+    paths = [str(EXAMPLES / "keras_single_card.ipynb"), str(EXAMPLES / "estimator_single_card.ipynb")]
+    _, out, _ = run(["check", *paths, "--format", "json"], capsys)
+    assert [item["path"] for item in json.loads(out)] == paths
+
+
+def test_fix_then_check_is_clean_and_untouched_cells_are_byte_identical(tmp_path, capsys):
+    source = EXAMPLES / "estimator_single_card.ipynb"
+    fixed = tmp_path / "fixed.ipynb"
+    code, _, err = run(["fix", str(source), "-o", str(fixed)], capsys)
+    assert code == 0, err
+    before, after = json.loads(source.read_text()), json.loads(fixed.read_text())
+    changed = [i for i, (a, b) in enumerate(zip(before["cells"], after["cells"])) if a != b]
+    assert changed == [3, 5, 6]
+    assert before["metadata"] == after["metadata"]
+    for index, (a, b) in enumerate(zip(before["cells"], after["cells"])):
+        if index not in changed:
+            assert json.dumps(a, ensure_ascii=False) == json.dumps(b, ensure_ascii=False)
+        else:
+            assert {k: v for k, v in a.items() if k != "source"} == {k: v for k, v in b.items() if k != "source"}
+    # Outside the changed cells, the file's text is the original's, line for line.
+    original_lines, fixed_lines = source.read_text().splitlines(), fixed.read_text().splitlines()
+    assert original_lines[:10] == fixed_lines[:10] and original_lines[-12:] == fixed_lines[-12:]
+    assert run(["check", str(fixed)], capsys)[0] == 0
+
+
+def test_fixing_a_fixed_notebook_changes_nothing(tmp_path, capsys):
+    first, second = tmp_path / "1.ipynb", tmp_path / "2.ipynb"
+    run(["fix", str(EXAMPLES / "custom_loop_single_card.ipynb"), "-o", str(first)], capsys)
+    code, _, err = run(["fix", str(first), "-o", str(second)], capsys)
+    assert code == 0 and "applied 0 fix(es)" in err
+    assert first.read_bytes() == second.read_bytes()
+
+
+def test_fix_in_place_keeps_the_original_beside_it(tmp_path, capsys):
+    path = tmp_path / "keras.ipynb"
+    shutil.copy(EXAMPLES / "keras_single_card.ipynb", path)
+    original = path.read_bytes()
+    code, _, _ = run(["fix", str(path), "--in-place"], capsys)
+    assert code == 0
+    assert (tmp_path / "keras.ipynb.orig").read_bytes() == original and path.read_bytes() != original
+
+
+def test_fix_without_a_target_prints_the_diff_and_writes_nothing(tmp_path, capsys):
+    path = tmp_path / "keras.ipynb"
+    shutil.copy(EXAMPLES / "keras_single_card.ipynb", path)
+    original = path.read_bytes()
+    code, out, err = run(["fix", str(path)], capsys)
+    assert path.read_bytes() == original and "nothing written" in err
+    assert f"--- a/{path}:cell 5\n+++ b/{path}:cell 5\n" in out
+    assert "+npu.distribute.broadcast(model.trainable_variables)\n" in out
+    assert code == 0  # what is left after the fix: nothing
+
+
+def test_scripts_are_one_cell(tmp_path, capsys):
+    script = tmp_path / "train.py"
+    script.write_text("import tensorflow as tf\nds = tf.data.Dataset.range(8).batch(4)\n"
+                      "model.compile(optimizer='sgd', loss='mse')\nmodel.fit(ds)\n")
+    code, out, _ = run(["check", str(script)], capsys)
+    assert code == 1 and f"{script}:cell 0:2:" in out
+    out_path = tmp_path / "train_fixed.py"
+    run(["fix", str(script), "-o", str(out_path)], capsys)
+    assert "shard_and_rebatch_dataset(ds, 4)" in out_path.read_text()
+
+
+def test_check_never_imports_tensorflow_libcst_or_nbformat():
+    probe = (
+        "import sys\nfrom npu_migrate_nb.cli import main\n"
+        f"main(['check', {str(EXAMPLES / 'keras_single_card.ipynb')!r}])\n"
+        "heavy = sorted(m for m in ('tensorflow', 'libcst', 'nbformat', 'IPython') if m in sys.modules)\n"
+        "sys.stderr.write(repr(heavy))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.stderr.strip().endswith("[]"), done.stderr

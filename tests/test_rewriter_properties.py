@@ -1,0 +1,133 @@
+"""Properties of ``fix`` on generated notebooks: output parses, fixing is idempotent, no original line
+is lost except those an edit replaces, IPython lines come back byte for byte."""
+
+import ast
+import difflib
+import json
+
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from npu_migrate_nb import ipython_syntax
+from npu_migrate_nb.analysis import analyze
+from npu_migrate_nb.notebook import Cell, Notebook
+from npu_migrate_nb.rewrite import fix_notebook, plan
+from npu_migrate_nb.rules import ALL_RULES
+from npu_migrate_nb.rules.base import CELL_SEPARATOR
+
+from .conftest import EXAMPLES
+
+
+def _snippets():
+    pool = set()
+    for rule in ALL_RULES:
+        for example in rule.INVALID:
+            pool.update(part for part in example.before.split(CELL_SEPARATOR) if part.strip())
+        for valid in rule.VALID:
+            pool.update(part for part in valid.split(CELL_SEPARATOR) if part.strip())
+    for path in sorted(EXAMPLES.glob("*.ipynb")):
+        for cell in json.loads(path.read_text())["cells"]:
+            if cell["cell_type"] == "code":
+                pool.add("".join(cell["source"]) + "\n")
+    return sorted(pool)
+
+
+SNIPPETS = _snippets()
+IPYTHON_LINES = ["%matplotlib inline", "!nvidia-smi", "files = !ls -la", "%env RANK_SIZE=1", "np.random?",
+                 "%load_ext autoreload", "!!pip list"]
+DECORATIONS = ["", "# 这里是注释：变量广播", "# a comment", "    "]
+
+
+@st.composite
+def decorated_cell(draw):
+    lines = draw(st.sampled_from(SNIPPETS)).splitlines()
+    # Statement starts (also inside blocks); a line inserted there takes the statement's indentation.
+    starts = [i for i, line in enumerate(lines) if line.strip() and not line.lstrip().startswith(("@", ")", "]", "}", "."))]
+    extra_lines = st.one_of(st.sampled_from(IPYTHON_LINES), st.sampled_from(IPYTHON_LINES), st.sampled_from(DECORATIONS))
+    inserts = draw(st.lists(st.tuples(st.sampled_from(starts or [0]), extra_lines), max_size=4))
+    for position, extra in sorted(inserts, reverse=True):
+        indent = lines[position][: len(lines[position]) - len(lines[position].lstrip())] if lines else ""
+        lines.insert(position, indent + extra if extra.strip() else extra)
+    text = "\n".join(lines) + draw(st.sampled_from(["\n", "", "\n\n"]))
+    if draw(st.booleans()) and not text.startswith("%%"):
+        text = "%%time\n" + text
+    return text
+
+
+@st.composite
+def notebooks(draw):
+    sources = draw(st.lists(decorated_cell(), min_size=1, max_size=5))
+    cells, index = [], 0
+    for source in sources:
+        if draw(st.booleans()):
+            cells.append(Cell(index, "markdown", "## notes\n%not a magic in markdown"))
+            index += 1
+        cells.append(Cell(index, "code", source))
+        index += 1
+    return Notebook("<generated>", cells)
+
+
+def replaced_lines(edits, cell):
+    lines = set()
+    for edit in edits:
+        if edit.cell == cell and edit.kind not in ("insert_before", "insert_after"):
+            lines.update(range(edit.start[0], edit.end[0] + 1))
+    return lines
+
+
+def parses(source: str) -> bool:
+    masked = ipython_syntax.mask(source)
+    if masked.code is None:
+        return True
+    try:
+        ast.parse(masked.code)
+    except SyntaxError:
+        return False
+    return True
+
+
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+INDENTED_MAGICS_IN_AN_EDITED_CELL = Notebook("<example>", [Cell(0, "code", (
+    "import tensorflow as tf\n"
+    "def train_input_fn():\n"
+    "    %time x = 1\n"
+    "    ds = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(1000).batch(64)  # 数据\n"
+    "    files = !ls\n"
+    "    return ds.repeat()\n"
+    "estimator = tf.estimator.Estimator(model_fn=model_fn)\n"
+))])
+
+
+@SETTINGS
+@given(notebooks())
+@example(INDENTED_MAGICS_IN_AN_EDITED_CELL)
+def test_fix_keeps_lines_and_magics_and_parses(notebook):
+    analysis = analyze(notebook)
+    edits = plan(analysis)
+    result = fix_notebook(notebook, analysis)
+    assert not result.failed
+    for cell in notebook.cells:
+        new = result.sources.get(cell.index, cell.source)
+        if cell.cell_type != "code":
+            assert new == cell.source
+            continue
+        if parses(cell.source):
+            assert parses(new), new
+        old_lines, new_lines = cell.source.splitlines(), new.splitlines()
+        allowed = replaced_lines(edits, cell.index)
+        matcher = difflib.SequenceMatcher(a=old_lines, b=new_lines, autojunk=False)
+        for tag, i1, i2, _, _ in matcher.get_opcodes():
+            if tag in ("delete", "replace"):
+                lost = set(range(i1 + 1, i2 + 1))
+                assert lost <= allowed, (lost, allowed, cell.source, new)
+        for original in ipython_syntax.mask(cell.source).originals.values():
+            assert original.rstrip("\r\n") in new_lines
+
+
+@SETTINGS
+@given(notebooks())
+def test_fix_is_idempotent(notebook):
+    first = fix_notebook(notebook, analyze(notebook))
+    fixed = Notebook(notebook.path, [Cell(c.index, c.cell_type, first.sources.get(c.index, c.source)) for c in notebook.cells])
+    assert fix_notebook(fixed, analyze(fixed)).sources == {}
