@@ -322,10 +322,43 @@ def _split(flat: np.ndarray, like: Sequence[np.ndarray]) -> list:
     return out
 
 
+# Receive buffers of 1 MB and more are recycled: faulting in fresh pages costs about as much as
+# the reduction itself. A buffer is free again once no array view or TF tensor refers to it.
+_POOL_MIN_BYTES = 1 << 20
+_POOL_MAX_BYTES = 512 << 20
+_ALIGN = 64  # TensorFlow adopts numpy memory without copying only when it is 64-byte aligned
+_pool: "dict[int, list[np.ndarray]]" = {}
+
+
+def _free_buffer(nbytes: int) -> Optional[np.ndarray]:
+    for base in _pool.get(nbytes, ()):
+        # references: the pool list, this loop variable, getrefcount's argument
+        if sys.getrefcount(base) <= 3:
+            return base
+    return None
+
+
+def _pooled_total() -> int:
+    return sum(len(buffers) * nbytes for nbytes, buffers in _pool.items())
+
+
+def _aligned_empty(count: int, dtype: np.dtype) -> np.ndarray:
+    """An uninitialised, 64-byte aligned 1-D array, recycled from the pool when large."""
+    dtype = np.dtype(dtype)
+    nbytes = count * dtype.itemsize
+    base = _free_buffer(nbytes) if nbytes >= _POOL_MIN_BYTES else None
+    if base is None:
+        base = np.empty(nbytes + _ALIGN, dtype=np.uint8)
+        if nbytes >= _POOL_MIN_BYTES and _pooled_total() + nbytes <= _POOL_MAX_BYTES:
+            _pool.setdefault(nbytes, []).append(base)
+    offset = (-base.ctypes.data) % _ALIGN
+    return base[offset:offset + nbytes].view(dtype)
+
+
 def _allreduce_group(arrays: Sequence[np.ndarray], op: str, scale, divisor) -> list:
     dtype = arrays[0].dtype
     send = _fuse(arrays, _reduce_dtype(dtype))
-    recv = np.empty_like(send)
+    recv = _aligned_empty(send.size, send.dtype)
     _mpi().COMM_WORLD.Allreduce(send, recv, op=_mpi_op(op))
     if recv.dtype != dtype:
         recv = recv.astype(dtype)
@@ -392,7 +425,9 @@ def broadcast_arrays(arrays: Sequence[np.ndarray], root: int = 0) -> list:
 
     def run():
         _agree("broadcast", None, root, arrays)
-        buf = np.concatenate([a.reshape(-1).view(np.uint8) for a in arrays])
+        buf = _aligned_empty(sum(a.nbytes for a in arrays), np.uint8)
+        if rank() == root:
+            np.concatenate([a.reshape(-1).view(np.uint8) for a in arrays], out=buf)
         _mpi().COMM_WORLD.Bcast(buf, root=root)
         out, offset = [], 0
         for a in arrays:
@@ -458,6 +493,23 @@ def _graph_collective(kind: str, chain: str, tensors: list, numpy_fn: Callable) 
     return outs
 
 
+def _eager_array(tensor) -> np.ndarray:
+    """A read-only numpy view of an eager tensor (``.numpy()`` would copy)."""
+    view = getattr(tensor, "_numpy", None)
+    return view() if view is not None else tensor.numpy()
+
+
+def _eager_tensor(array: np.ndarray):
+    """Wrap a numpy result as an eager tensor, sharing its memory when TensorFlow allows."""
+    import tensorflow as tf
+    if array.flags.c_contiguous and array.ctypes.data % _ALIGN == 0 and array.size:
+        try:
+            return tf.experimental.dlpack.from_dlpack(array.__dlpack__())
+        except Exception:  # dtype DLPack cannot carry (bool, bfloat16...): copy instead
+            pass
+    return tf.convert_to_tensor(array)
+
+
 def _to_tensors(values) -> list:
     import tensorflow as tf
     return [tf.convert_to_tensor(v) for v in values]
@@ -470,7 +522,6 @@ def all_reduce(values: Sequence, op: str = "sum", scale: Optional[float] = None,
     Works eagerly, inside tf.function and in TF1 graphs. ``scale``/``divisor`` apply to floating
     dtypes only (see :func:`allreduce_arrays`).
     """
-    import tensorflow as tf
     tensors = _to_tensors(values)
     if not tensors:
         return []
@@ -480,12 +531,11 @@ def all_reduce(values: Sequence, op: str = "sum", scale: Optional[float] = None,
 
     if _in_graph():
         return _graph_collective("all_reduce", "all_reduce", tensors, numpy_fn)
-    return [tf.convert_to_tensor(a) for a in numpy_fn([t.numpy() for t in tensors])]
+    return [_eager_tensor(a) for a in numpy_fn([_eager_array(t) for t in tensors])]
 
 
 def broadcast(values: Sequence, root: int = 0) -> list:
     """Broadcast a list of tensors/variables from ``root`` as one collective; returns tensors."""
-    import tensorflow as tf
     tensors = _to_tensors(values)
     if not tensors:
         return []
@@ -495,4 +545,4 @@ def broadcast(values: Sequence, root: int = 0) -> list:
 
     if _in_graph():
         return _graph_collective("broadcast", "broadcast", tensors, numpy_fn)
-    return [tf.convert_to_tensor(a) for a in numpy_fn([t.numpy() for t in tensors])]
+    return [_eager_tensor(a) for a in numpy_fn([_eager_array(t) for t in tensors])]

@@ -62,3 +62,19 @@ def _is_stand_in(module) -> bool:
 def warn_pitfall(code: str, message: str) -> None:
     """Log a warning that names the analyzer's pitfall code, e.g. ``hooks-tuple``."""
     logger.warning("%s: %s", code, message, extra={"pitfall": code})
+
+
+def warn_if_list_dropped(function_name: str, argument, what: str) -> None:
+    """Log ``hooks-tuple`` when ``*_append(argument)`` will drop the caller's items.
+
+    The real ``npu_hooks_append``/``npu_callbacks_append`` start a new list whenever the argument
+    is not a list; an empty tuple (their default) loses nothing and is not reported.
+    """
+    if isinstance(argument, list) or (isinstance(argument, tuple) and not argument):
+        return
+    if isinstance(argument, tuple):
+        dropped = f"the caller's {len(argument)} {what} were dropped"
+    else:
+        dropped = "anything the caller meant to keep was dropped"
+    warn_pitfall("hooks-tuple", f"{function_name}() was given {type(argument).__name__} instead of a "
+                                f"list, so it started a new list and {dropped}; pass a list")

@@ -43,7 +43,7 @@ from hccl.manage.api import get_group_rank_from_world_rank
 from hccl.split.api import set_split_strategy_by_idx
 from hccl.split.api import set_split_strategy_by_size
 
-from npu_migrate_nb.sim.adapter import warn_pitfall as _warn_pitfall
+from npu_migrate_nb.sim.adapter import warn_if_list_dropped as _warn_if_list_dropped
 
 
 def _npu_config_proto(config_proto):
@@ -70,19 +70,9 @@ def npu_run_config_init(run_config=None):
     return run_config
 
 
-def _dropped_by_non_list(function_name, argument, what):
-    if isinstance(argument, list) or (isinstance(argument, tuple) and not argument):
-        return
-    dropped = f"the caller's {len(argument)} {what} were dropped" if isinstance(argument, tuple) \
-        else f"anything meant to be kept was dropped"
-    _warn_pitfall("hooks-tuple",
-                  f"{function_name}() was given {type(argument).__name__} instead of a list, so it "
-                  f"started a new list and {dropped}; pass a list")
-
-
 def npu_hooks_append(hooks_list=()):
     """Append ``NPUBroadcastGlobalVariablesHook(0, RANK_ID)`` to ``hooks_list`` and return it."""
-    _dropped_by_non_list("npu_hooks_append", hooks_list, "hooks")
+    _warn_if_list_dropped("npu_hooks_append", hooks_list, "hooks")
     if not isinstance(hooks_list, list):
         hooks_list = []
     hooks_list.append(NPUBroadcastGlobalVariablesHook(0, int(os.getenv("RANK_ID", "0"))))
@@ -91,7 +81,7 @@ def npu_hooks_append(hooks_list=()):
 
 def npu_callbacks_append(callbacks_list=()):
     """Append ``NPUBroadcastGlobalVariablesCallback(0)`` to ``callbacks_list`` and return it."""
-    _dropped_by_non_list("npu_callbacks_append", callbacks_list, "callbacks")
+    _warn_if_list_dropped("npu_callbacks_append", callbacks_list, "callbacks")
     if not isinstance(callbacks_list, list):
         callbacks_list = []
     callbacks_list.append(NPUBroadcastGlobalVariablesCallback(0))

@@ -7,6 +7,7 @@ is checked for the RANK_ID. ``as_default()`` only sets the global context: the s
 replace TensorFlow's context, ``tf.function`` or device placement.
 """
 
+import builtins
 import contextlib
 import json
 import os
@@ -47,7 +48,7 @@ def never_nested_function(func=None, *args, **kwargs):
 
 def _check_rank_table(path, rank_id):
     try:
-        with open_file(path) as handle:
+        with builtins.open(path) as handle:
             table = json.load(handle)
     except (OSError, ValueError) as exc:
         raise RuntimeError(f"cannot read rank table {path!r}: {exc}") from None
@@ -57,8 +58,6 @@ def _check_rank_table(path, rank_id):
         raise RuntimeError(f"RANK_ID {rank_id} is not a rank_id in rank table {path!r} "
                            f"(it lists {sorted(rank_ids)})")
 
-
-open_file = open  # the builtin, before this module's open() shadows it
 
 
 def _check_distributed_env():

@@ -1,0 +1,277 @@
+"""The MPI collectives of the simulator (npu_migrate_nb.sim.comm), on real multi-rank MPI jobs.
+
+Each multi-rank test writes one script, runs it with ``mpiexec -n N`` and checks the JSON line
+every rank prints, so several behaviours share one (slow) TensorFlow start.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+PREAMBLE = r"""
+import json, os, sys
+os.environ["RANK_ID"] = os.environ.get("PMI_RANK", "0")
+os.environ["RANK_SIZE"] = os.environ.get("PMI_SIZE", "1")
+sys.path.insert(0, REPO)
+result = {}
+def emit():
+    sys.stdout.write("RESULT " + json.dumps(result) + "\n")  # one write: ranks share the pipe
+    sys.stdout.flush()
+"""
+
+
+def _env():
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO)
+    for name in ("RANK_SIZE", "RANK_ID", "CM_WORKER_SIZE", "RANK_TABLE_FILE", "CM_CHIEF_IP"):
+        env.pop(name, None)
+    return env
+
+
+def run_script(tmp_path, body, ranks=None, timeout=240):
+    """Run ``body`` on ``ranks`` MPI ranks (or as a plain process); return each rank's RESULT."""
+    script = tmp_path / "script.py"
+    script.write_text(f"REPO = {REPO!r}\n" + PREAMBLE + textwrap.dedent(body))
+    command = [sys.executable, str(script)]
+    if ranks:
+        command = ["mpiexec", "-n", str(ranks)] + command
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=_env())
+    results = [json.loads(line[len("RESULT "):]) for line in done.stdout.splitlines()
+               if line.startswith("RESULT ")]
+    return done, results
+
+
+def _by_rank(done, results, ranks):
+    assert len(results) == ranks, f"rc={done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+    return sorted(results, key=lambda r: r["rank"])
+
+
+COLLECTIVES_2 = """
+import numpy as np
+import tensorflow as tf
+from npu_migrate_nb.sim import comm
+
+me, n = comm.rank(), comm.size()
+result["rank"], result["size"] = me, n
+
+# eager: every reduction, mixed dtypes fused in one call, a half-precision value
+values = [tf.constant([1.0, 2.0]) * (me + 1), tf.constant([[me + 5]], tf.int32), tf.constant(1.5, tf.float16)]
+for op in ("sum", "max", "min", "prod"):
+    result["eager_" + op] = [v.numpy().tolist() for v in comm.all_reduce(values, op)]
+result["eager_dtypes"] = [v.dtype.name for v in comm.all_reduce(values, "sum")]
+
+# inside tf.function
+@tf.function
+def reduce_in_function(x):
+    return comm.all_reduce([x, 2 * x], "sum", scale=1.0 / n)
+result["function"] = [v.numpy().tolist() for v in reduce_in_function(tf.constant([float(me)]))]
+
+# TF1 graph: 40 variables, one collective per gradient, run several times
+graph = tf.Graph()
+with graph.as_default():
+    variables = [tf.compat.v1.Variable(tf.fill([i + 1], float(me + i)), name=f"v{i}") for i in range(40)]
+    loss = tf.add_n([tf.reduce_sum(v * v) for v in variables])
+    grads = tf.compat.v1.train.GradientDescentOptimizer(0.1).compute_gradients(loss)
+    reduced = [comm.all_reduce([g], "sum")[0] for g, _ in grads]
+    broadcast = comm.broadcast([v.value() for v in variables], root=1)
+    with tf.compat.v1.Session() as session:
+        session.run(tf.compat.v1.global_variables_initializer())
+        for _ in range(3):
+            sums = session.run(reduced)
+        received = session.run(broadcast)
+result["graph_sums_ok"] = all(np.allclose(sums[i], sum(2.0 * (k + i) for k in range(n))) for i in range(40))
+result["graph_broadcast_ok"] = all(np.allclose(received[i], 1.0 + i) for i in range(40))
+
+# ranks that disagree get an error on every rank, and the communicator stays usable
+try:
+    comm.allreduce_arrays([np.ones(3 + me, np.float32)])
+    result["mismatch"] = None
+except comm.CollectiveMismatchError as exc:
+    result["mismatch"] = str(exc)
+result["after_mismatch"] = comm.allreduce_arrays([np.ones(2, np.float64)])[0].tolist()
+result["current_after"] = comm.current_collective()
+result["completed"] = comm.status()["completed"]
+emit()
+"""
+
+
+@pytest.mark.sim
+def test_collectives_on_two_ranks_eager_function_and_graph(tmp_path):
+    done, results = run_script(tmp_path, COLLECTIVES_2, ranks=2)
+    rank0, rank1 = _by_rank(done, results, 2)
+    for r in (rank0, rank1):
+        assert r["size"] == 2
+        assert r["eager_sum"] == [[3.0, 6.0], [[11]], 3.0]
+        assert r["eager_max"] == [[2.0, 4.0], [[6]], 1.5]
+        assert r["eager_min"] == [[1.0, 2.0], [[5]], 1.5]
+        assert r["eager_prod"] == [[2.0, 8.0], [[30]], 2.25]
+        assert r["eager_dtypes"] == ["float32", "int32", "float16"]
+        assert r["function"] == [[0.5], [1.0]]
+        assert r["graph_sums_ok"] is True
+        assert r["graph_broadcast_ok"] is True
+        assert "ranks reached different collectives" in r["mismatch"]
+        assert "rank 0:" in r["mismatch"] and "rank 1:" in r["mismatch"]
+        assert r["after_mismatch"] == [2.0, 2.0]
+        assert r["current_after"] is None
+    assert rank0["completed"] == rank1["completed"]
+
+
+MEAN_4 = """
+import numpy as np
+import tensorflow as tf
+from npu_migrate_nb.sim import comm
+
+me, n = comm.rank(), comm.size()
+result["rank"] = me
+rng = np.random.default_rng(me)
+local = rng.standard_normal(1000).astype(np.float32)
+everyone = np.empty((n, 1000), np.float32)
+from mpi4py import MPI
+MPI.COMM_WORLD.Allgather(local, everyone)
+summed = comm.all_reduce([tf.constant(local)], "sum")[0].numpy()
+mean = comm.all_reduce([tf.constant(local)], "sum", scale=1.0 / n)[0].numpy()
+result["sum_matches_mpi"] = bool(np.array_equal(summed, comm.allreduce_arrays([local])[0]))
+result["sum_close"] = bool(np.allclose(summed, everyone.sum(axis=0), rtol=1e-5, atol=1e-5))
+result["mean_is_sum_times_reciprocal"] = bool(np.array_equal(mean, summed * np.float32(1.0 / n)))
+result["mean_is_sum_over_n"] = bool(np.array_equal(mean, summed / np.float32(n)))
+received = comm.broadcast([tf.constant(local)], root=3)[0].numpy()
+result["broadcast_from_3"] = bool(np.array_equal(received, everyone[3]))
+emit()
+"""
+
+
+@pytest.mark.sim
+def test_mean_is_sum_times_one_over_n_on_four_ranks(tmp_path):
+    done, results = run_script(tmp_path, MEAN_4, ranks=4)
+    for r in _by_rank(done, results, 4):
+        assert r == {"rank": r["rank"], "sum_matches_mpi": True, "sum_close": True,
+                     "mean_is_sum_times_reciprocal": True, "mean_is_sum_over_n": True,
+                     "broadcast_from_3": True}
+
+
+INTERRUPT_2 = """
+import os, signal, threading, time
+import numpy as np
+from npu_migrate_nb.sim import comm
+
+me = comm.rank()
+result["rank"] = me
+comm.barrier()
+if me == 0:
+    seen = []
+    def interrupt_when_waiting():
+        while comm.current_collective() is None:
+            time.sleep(0.01)
+        seen.append(comm.current_collective())
+        seen.append(comm.status()["current"])
+        os.kill(os.getpid(), signal.SIGINT)
+    threading.Thread(target=interrupt_when_waiting, daemon=True).start()
+    try:
+        comm.allreduce_arrays([np.ones(4, np.float32)])   # rank 1 never joins
+        result["outcome"] = "returned"
+    except KeyboardInterrupt:
+        result["outcome"] = "KeyboardInterrupt"
+    result["seen"] = seen
+    result["broken"] = comm.status()["broken"]
+    try:
+        comm.allreduce_arrays([np.ones(4, np.float32)])
+    except comm.CollectiveError as exc:
+        result["next_call"] = str(exc)
+    emit()
+else:
+    emit()
+    time.sleep(60)
+"""
+
+
+@pytest.mark.sim
+def test_a_collective_that_never_completes_can_be_interrupted(tmp_path):
+    # rank 0 exits through MPI_Abort (its communicator is broken), which also ends rank 1
+    done, results = run_script(tmp_path, INTERRUPT_2, ranks=2, timeout=120)
+    rank0 = [r for r in results if r["rank"] == 0]
+    assert rank0, done.stderr[-3000:]
+    rank0 = rank0[0]
+    assert rank0["outcome"] == "KeyboardInterrupt"
+    assert rank0["seen"][0].startswith("all_reduce #")
+    assert rank0["seen"][1] == rank0["seen"][0]
+    assert rank0["seen"][0] in rank0["broken"]
+    assert "communicator unusable" in rank0["next_call"]
+    assert done.returncode != 0
+
+
+ABORT_SINGLE = """
+import threading, time
+from npu_migrate_nb.sim import comm
+
+result["rank"] = 0
+seen = []
+def abort_when_waiting():
+    while comm.current_collective() is None:
+        time.sleep(0.01)
+    seen.append(comm.current_collective())
+    comm.abort("cell timed out")
+threading.Thread(target=abort_when_waiting, daemon=True).start()
+try:
+    comm._submit("all_reduce", "test", lambda: time.sleep(30))
+    result["outcome"] = "returned"
+except comm.CollectiveAborted as exc:
+    result["outcome"] = str(exc)
+result["seen"] = seen
+result["size"] = comm.size()
+emit()
+import os; os._exit(0)
+"""
+
+
+@pytest.mark.sim
+def test_abort_ends_a_wait_and_current_collective_names_it(tmp_path):
+    done, results = run_script(tmp_path, ABORT_SINGLE, timeout=60)
+    assert results, done.stderr[-3000:]
+    (r,) = results
+    assert r["seen"] == ["all_reduce #0"]
+    assert r["outcome"].startswith("cell timed out")
+    assert r["size"] == 1
+
+
+NOOP_SINGLE = """
+import numpy as np
+import tensorflow as tf
+from npu_migrate_nb.sim import comm
+
+result["rank"] = comm.rank()
+result["size"] = comm.size()
+result["under_mpi"] = comm.under_mpi()
+x = tf.constant([1.0, 2.0])
+result["eager"] = comm.all_reduce([x], "sum")[0].numpy().tolist()
+result["broadcast"] = comm.broadcast([x], 0)[0].numpy().tolist()
+result["mpi_imported"] = "mpi4py.MPI" in sys.modules
+os.environ["RANK_SIZE"] = "2"
+try:
+    comm.all_reduce([x], "sum")
+    result["two_without_mpi"] = "ran"
+except comm.CollectiveError as exc:
+    result["two_without_mpi"] = str(exc)
+os.environ["CM_WORKER_SIZE"] = "2"
+try:
+    comm.env_rank_size()
+except ValueError as exc:
+    result["both_sizes"] = str(exc)
+emit()
+"""
+
+
+@pytest.mark.sim
+def test_rank_size_one_is_a_no_op_without_mpi(tmp_path):
+    done, results = run_script(tmp_path, NOOP_SINGLE)
+    assert results, done.stderr[-3000:]
+    (r,) = results
+    assert (r["rank"], r["size"], r["under_mpi"]) == (0, 1, False)
+    assert r["eager"] == [1.0, 2.0] and r["broadcast"] == [1.0, 2.0]
+    assert r["mpi_imported"] is False
+    assert "not started by mpiexec" in r["two_without_mpi"]
+    assert "CM_WORKER_SIZE" in r["both_sizes"]
