@@ -171,7 +171,7 @@ class MissingAllreduce(Rule):
             findings += self._wrap_compiled_optimizers(context)
         if "custom-loop" in context.frameworks and not context.tf1:
             findings += self._all_reduce_gradients(context)
-        return findings
+        return findings or self.unlocated(context, "the optimizer or the gradient computation")
 
     # -- TF1: wrap every tf.train optimizer where it is created
     def _wrap_tf1_optimizers(self, context) -> Iterator[Finding]:

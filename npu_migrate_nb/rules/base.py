@@ -37,6 +37,20 @@ class Rule:
     def check(self, context: "Context") -> Iterable[Finding]:
         raise NotImplementedError  # every concrete rule overrides this
 
+    def unlocated(self, context: "Context", what: str) -> List[Finding]:
+        """The step is missing but no place to fix it was recognized: say so at the training call."""
+        found = training_call(context)
+        if found is None:
+            return []
+        cell, facts, site = found
+        return [
+            self.finding(
+                cell, facts, site.node,
+                f"{self.step} step missing and {what} was not recognized: add it by hand "
+                "(see the vendor's distributed migration guide)",
+            )
+        ]
+
     def finding(
         self,
         cell: int,
@@ -185,6 +199,14 @@ def top_level_statement(facts: CellFacts, stmt: ast.stmt) -> Optional[ast.stmt]:
         if candidate.lineno <= stmt.lineno <= candidate.end_lineno:
             return candidate
     return None
+
+
+TRAINING_CALLS = ("fit", "train", "train_and_evaluate", "gradient", "minimize", "apply_gradients")
+
+
+def training_call(context: "Context"):
+    """The notebook's first training call (cell, facts, site), where an unlocatable step is reported."""
+    return next(context.facts.calls(*TRAINING_CALLS), None)
 
 
 def receiver_name(site: CallSite) -> Optional[str]:

@@ -149,11 +149,11 @@ class MissingBroadcast(Rule):
         findings: List[Finding] = []
         if "estimator" in context.frameworks:
             findings += self._estimator(context)
-        if "keras" in context.frameworks:
-            findings += self._keras(context)
+        if "keras" in context.frameworks and not context.uses(*K.TF2_BROADCAST_CALLBACKS):
+            findings += self._keras(context)  # else tf2-broadcast-callback puts the broadcast in its place
         if "custom-loop" in context.frameworks and not context.tf1:
             findings += self._custom_loop(context)
-        return findings
+        return findings or self.unlocated(context, "the step where variables are created and broadcast")
 
     # -- Estimator: the broadcast hook in the training hooks
     def _estimator(self, context) -> Iterator[Finding]:
@@ -187,7 +187,7 @@ class MissingBroadcast(Rule):
                 continue
             if context.tf1:
                 yield self._tf1_callback(cell, facts, site)
-            else:
+            elif model_is_built_before_fit(context, model):
                 code = f"{context.npu}.distribute.broadcast({model}.trainable_variables)"
                 yield self.finding(
                     cell, facts, site.node,
@@ -195,19 +195,24 @@ class MissingBroadcast(Rule):
                     f"call {code} once the model is built, before fit",
                     [insert_before(cell, facts, site.stmt, code, [NEEDS_NPU_DEVICE])],
                 )
+            else:
+                yield self._after_first_batch(context, cell, facts, site, model)
+
+    def _after_first_batch(self, context, cell, facts, site: CallSite, model: str) -> Finding:
+        """A model built on its first call (subclassed, no input shape) has no variables before fit:
+        broadcast after the first batch. Gradients are all-reduced, so every rank applied the same
+        update and rank 0's weights are then the single-card weights."""
+        edit = _add_callback(cell, facts, site, first_batch_broadcast(context, model), NEEDS_NPU_DEVICE)
+        return self.finding(
+            cell, facts, site.node,
+            f"variables are not broadcast from rank 0, and {model} has no variables before fit (it is built "
+            "on its first batch): broadcast them after the first batch with a callback",
+            [edit],
+        )
 
     def _tf1_callback(self, cell, facts, site: CallSite) -> Finding:
         callback = "NPUBroadcastGlobalVariablesCallback(0)"
-        callbacks = site.keyword("callbacks")
-        if callbacks is None:
-            edit = add_argument(cell, facts, site.node, f"callbacks=[{callback}]", [NEEDS_NPU_BRIDGE])
-        elif isinstance(callbacks.value, ast.List):
-            edit = append_element(cell, facts, callbacks.value, callback, [NEEDS_NPU_BRIDGE])
-        else:
-            edit = replace(
-                cell, facts, callbacks.value, f"list({facts.segment(callbacks.value)}) + [{callback}]",
-                [NEEDS_NPU_BRIDGE],
-            )
+        edit = _add_callback(cell, facts, site, callback, NEEDS_NPU_BRIDGE)
         return self.finding(
             cell, facts, site.node,
             f"variables are not broadcast from rank 0: add {callback} to the fit callbacks", [edit],
@@ -242,6 +247,28 @@ class MissingBroadcast(Rule):
                 f"variables are not broadcast from rank 0: ranks start from different weights; add {code}",
                 [edit],
             )
+
+
+def first_batch_broadcast(context, model: str) -> str:
+    """A callback that broadcasts ``model``'s variables once they exist, after the first batch."""
+    return (
+        f"{context.tf}.keras.callbacks.LambdaCallback(on_train_batch_end=lambda batch, logs: "
+        f"batch == 0 and {context.npu}.distribute.broadcast({model}.trainable_variables))"
+    )
+
+
+def model_is_built_before_fit(context, model: str) -> bool:
+    return _statement_that_builds(context, model) is not None
+
+
+def _add_callback(cell, facts: CellFacts, site: CallSite, callback: str, needs: str):
+    callbacks = site.keyword("callbacks")
+    if callbacks is None:
+        return add_argument(cell, facts, site.node, f"callbacks=[{callback}]", [needs])
+    if isinstance(callbacks.value, ast.List):
+        return append_element(cell, facts, callbacks.value, callback, [needs])
+    return replace_with(cell, facts, callbacks.value, f"list({{callbacks}}) + [{callback}]", [needs],
+                        callbacks=callbacks.value)
 
 
 def _estimator_names(context) -> set:

@@ -51,7 +51,8 @@ class BroadcastBeforeBuild(Rule):
             if not (isinstance(values, ast.Attribute) and values.attr in ("trainable_variables", "variables")):
                 continue
             model = dotted_name(values.value)
-            if model is None or site.function is not None:
+            standalone = isinstance(site.stmt, ast.Expr) and site.stmt.value is site.node
+            if model is None or site.function is not None or not standalone:
                 continue
             if _unbuilt_at(context, model, cell, site.node.lineno):
                 yield self.finding(

@@ -128,7 +128,10 @@ class MissingShard(Rule):
             findings.append(self._shard_pipeline(context, cell, facts, site))
         if "keras" in context.frameworks:
             findings += self._shard_arrays(context)
-        return findings
+        return findings or self.unlocated(
+            context, "a tf.data pipeline (each rank must read its own slice, e.g. x[rank_id::rank_size], "
+            "with the global batch split across ranks)"
+        )
 
     # -- tf.data pipelines
     def _shard_pipeline(self, context, cell, facts: CellFacts, source: CallSite) -> Finding:

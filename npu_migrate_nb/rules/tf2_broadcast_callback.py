@@ -7,7 +7,8 @@ from typing import Iterable, Iterator, Optional
 
 from .. import knowledge as K
 from ..findings import NEEDS_NPU_DEVICE, Finding
-from .base import Example, Rule, insert_before, receiver_name, remove_element, remove_statement
+from .base import Example, Rule, insert_before, receiver_name, remove_element, remove_statement, replace
+from .broadcast import first_batch_broadcast, model_is_built_before_fit
 
 
 class TF2BroadcastCallback(Rule):
@@ -21,13 +22,39 @@ class TF2BroadcastCallback(Rule):
         "from npu_bridge.npu_init import *\nmodel.fit(x, y, callbacks=[NPUBroadcastGlobalVariablesCallback(0)])\n",
     ]
     INVALID = [
+        # A subclassed model has no variables before fit: a working callback takes the defective one's place.
         Example(
+            "import tensorflow as tf\n"
             "import npu_device as npu\n"
             "npu.open().as_default()\n"
+            "class Net(tf.keras.Model):\n"
+            "    def call(self, x):\n"
+            "        return x\n"
+            "model = Net()\n"
+            "model.compile(optimizer='sgd', loss='mse')\n"
+            "model.fit(ds, callbacks=[npu.distribute.NPUBroadcastGlobalVariablesCallback(0)])\n",
+            "import tensorflow as tf\n"
+            "import npu_device as npu\n"
+            "npu.open().as_default()\n"
+            "class Net(tf.keras.Model):\n"
+            "    def call(self, x):\n"
+            "        return x\n"
+            "model = Net()\n"
+            "model.compile(optimizer='sgd', loss='mse')\n"
+            "model.fit(ds, callbacks=[tf.keras.callbacks.LambdaCallback(on_train_batch_end=lambda batch, logs: "
+            "batch == 0 and npu.distribute.broadcast(model.trainable_variables))])\n",
+        ),
+        Example(
+            "import tensorflow as tf\n"
+            "import npu_device as npu\n"
+            "npu.open().as_default()\n"
+            "model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(4,))])\n"
             "model.compile(optimizer='sgd', loss='mse')\n"
             "model.fit(ds, callbacks=[tb, npu.distribute.NPUBroadcastGlobalVariablesCallback(0)])\n",
+            "import tensorflow as tf\n"
             "import npu_device as npu\n"
             "npu.open().as_default()\n"
+            "model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(4,))])\n"
             "model.compile(optimizer='sgd', loss='mse')\n"
             "npu.distribute.broadcast(model.trainable_variables)\n"
             "model.fit(ds, callbacks=[tb])\n",
@@ -55,6 +82,8 @@ class TF2BroadcastCallback(Rule):
         if fit is None:
             return []
         model = receiver_name(fit)
+        if not model_is_built_before_fit(context, model):
+            return [replace(cell, facts, site.node, first_batch_broadcast(context, model), [NEEDS_NPU_DEVICE])]
         parent = _list_holding(site)
         if parent is not None:
             removal = remove_element(cell, facts, site.node)

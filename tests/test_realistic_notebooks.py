@@ -1,0 +1,118 @@
+"""Notebooks written the way users write them: split across cells, helpers, aliases, magics."""
+
+from npu_migrate_nb.analysis import analyze
+from npu_migrate_nb.rewrite import fix_notebook
+
+from .conftest import joined, notebook_from
+
+
+def fixed_and_reanalyzed(text):
+    notebook = notebook_from(text)
+    analysis = analyze(notebook)
+    result = fix_notebook(notebook, analysis)
+    assert not result.failed
+    fixed_text = joined(notebook, result.sources)
+    return analysis, fixed_text, analyze(notebook_from(fixed_text))
+
+
+SUBCLASSED_KERAS = """\
+%load_ext autoreload
+import tensorflow as tf
+from tensorflow import keras
+import npu_device
+npu_device.open().as_default()
+# %%
+class Net(keras.Model):
+    def __init__(self):
+        super().__init__()
+        self.dense = keras.layers.Dense(1)
+
+    def call(self, x):
+        return self.dense(x)
+# %%
+!ls data
+ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(32)
+model = Net()
+model.compile(optimizer=keras.optimizers.Adam(1e-3), loss='mse')
+history = model.fit(ds, epochs=1, callbacks=[keras.callbacks.TerminateOnNaN()])
+"""
+
+
+def test_subclassed_keras_model_is_broadcast_after_its_first_batch():
+    before, fixed, after = fixed_and_reanalyzed(SUBCLASSED_KERAS)
+    assert before.adapter == "npu_device" and before.framework == "keras"
+    assert "callbacks=[keras.callbacks.TerminateOnNaN(), tf.keras.callbacks.LambdaCallback(" in fixed
+    assert "npu_device.distribute.broadcast(model.trainable_variables)" in fixed  # the notebook's own alias
+    assert "ds, rank_batch_size = npu_device.distribute.shard_and_rebatch_dataset(ds, 32)" in fixed
+    assert "%load_ext autoreload\n" in fixed and "!ls data\n" in fixed
+    assert after.steps == {"broadcast": "present", "allreduce": "present", "shard": "present"}
+    assert after.problems == []
+
+
+HELPERS_ACROSS_CELLS = """\
+import tensorflow as tf
+GLOBAL_BATCH = 64
+# %%
+def create_model():
+    return tf.keras.Sequential([tf.keras.layers.Dense(10, input_shape=(8,))])
+
+def make_optimizer(lr):
+    return tf.keras.optimizers.SGD(lr)
+# %%
+def compute_loss(labels, logits):
+    per_example = tf.keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
+    return tf.nn.compute_average_loss(per_example, global_batch_size=GLOBAL_BATCH)
+# %%
+model = create_model()
+optimizer = make_optimizer(0.1)
+dataset = tf.data.Dataset.from_tensor_slices((features, labels)).shuffle(100).batch(GLOBAL_BATCH)
+
+@tf.function
+def train_step(x, y):
+    with tf.GradientTape() as tape:
+        loss = compute_loss(y, model(x))
+    gradients = tape.gradient(loss, model.trainable_variables)
+    optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+# %%
+%%time
+for epoch in range(3):
+    for x, y in dataset:
+        train_step(x, y)
+"""
+
+
+def test_custom_loop_with_helpers_in_other_cells():
+    before, fixed, after = fixed_and_reanalyzed(HELPERS_ACROSS_CELLS)
+    assert before.framework == "custom-loop" and before.adapter == "npu_device"
+    allreduce = next(f for f in before.findings if f.code == "missing-allreduce")
+    assert '"sum"' in allreduce.fix and "compute_average_loss" in allreduce.message
+    # The model is made by a helper (unknown to be built): broadcast goes before the training loop.
+    assert "# %%\n%%time\nnpu.distribute.broadcast(model.trainable_variables)\nfor epoch in range(3):" in fixed
+    assert after.steps == {"broadcast": "present", "allreduce": "present", "shard": "present"}
+
+
+NUMPY_INPUT_ESTIMATOR = """\
+import tensorflow as tf
+def model_fn(features, labels, mode):
+    opt = tf.compat.v1.train.AdamOptimizer()
+    return tf.estimator.EstimatorSpec(mode, loss=l, train_op=opt.minimize(l))
+est = tf.estimator.Estimator(model_fn)
+input_fn = tf.compat.v1.estimator.inputs.numpy_input_fn(x={'x': X}, y=Y, batch_size=32, shuffle=True)
+est.train(input_fn, steps=10)
+"""
+
+
+def test_a_step_that_cannot_be_located_is_still_reported_where_training_happens():
+    before, fixed, after = fixed_and_reanalyzed(NUMPY_INPUT_ESTIMATOR)
+    shard = [f for f in after.findings if f.code == "missing-shard"]
+    train_line = fixed.splitlines().index(next(l for l in fixed.splitlines() if l.startswith("est.train("))) + 1
+    assert len(shard) == 1 and shard[0].fix is None and shard[0].line == train_line
+    assert "not recognized" in shard[0].message
+    assert after.steps == {"broadcast": "present", "allreduce": "present", "shard": "missing"}
+
+
+def test_broken_cell_does_not_stop_the_rest():
+    text = "import tensorflow as tf\n# %%\nfor x in :\n# %%\n" + HELPERS_ACROSS_CELLS.split("# %%\n", 1)[1]
+    analysis = analyze(notebook_from(text))
+    assert [(e.cell, e.line) for e in analysis.errors] == [(1, 1)]
+    assert {"missing-allreduce", "missing-broadcast", "missing-shard"} <= {f.code for f in analysis.findings}
