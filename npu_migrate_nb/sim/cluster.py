@@ -18,13 +18,16 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import re
+import select
 import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
 import weakref
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import psutil
 
@@ -78,6 +81,7 @@ class Cluster:
         self._view = None
         self._launched_pids: List[int] = []  # controller and mpiexec, our direct children
         self._owns_processes = False
+        self._death_watch: Optional[_DeathWatch] = None
 
     # ------------------------------------------------------------------------------- lifecycle
 
@@ -105,6 +109,9 @@ class Cluster:
     def stop(self) -> None:
         """Stop every process of the cluster; safe to call twice, and after a crash."""
         client, self._client, self._view = self._client, None, None
+        if self._death_watch is not None:
+            self._death_watch.close()
+            self._death_watch = None
         if client is not None:
             try:
                 client.close(linger=0)
@@ -256,17 +263,53 @@ class Cluster:
             if self.profile is None and rank != engine_id:
                 raise ClusterError(f"engine {engine_id} has RANK_ID {rank}: engine ids must equal MPI ranks")
             self.rank_pids[rank] = pid
+        self._death_watch = _DeathWatch(self.rank_pids)
 
     # ----------------------------------------------------------------------------- watching
 
     def dead_ranks(self) -> Dict[int, str]:
-        """Ranks whose process is gone, with how it ended (exit code or signal) when known."""
+        """Ranks whose process is gone, in the order they went, with how they ended when known."""
         dead = {}
+        if self._death_watch is not None:
+            for rank in self._death_watch.order():
+                dead[rank] = "process ended"
         for rank, pid in self.rank_pids.items():
             ended = _how_it_ended(pid)
             if ended is not None:
                 dead[rank] = ended
         return dead
+
+    def reported_failure(self, wait: float = 1.0) -> Optional[Tuple[int, str]]:
+        """The rank MPI saw fail first and how, from hydra's "BAD TERMINATION" report.
+
+        Hydra kills the other ranks at once, so by the time we look several may be gone; only its
+        report says which one went first. Waits up to ``wait`` s for the report to be written.
+        """
+        deadline = time.monotonic() + wait
+        while True:
+            report = _parse_bad_termination(self._engine_output())
+            if report is not None:
+                pid, how = report
+                for rank, rank_pid in self.rank_pids.items():
+                    if rank_pid == pid:
+                        return rank, how
+                return None
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(0.05)
+
+    def _engine_output(self) -> str:
+        cluster = self._ipp_cluster
+        if cluster is None:
+            return ""
+        text = []
+        for launcher in cluster.engines.values():
+            try:
+                with open(launcher.output_file, encoding="utf-8", errors="replace") as stream:
+                    text.append(stream.read())
+            except (OSError, TypeError):
+                continue
+        return "\n".join(text)
 
     def collective_of(self, rank: int) -> Optional[str]:
         """The collective ``rank`` is inside, as reported by the simulated communicator, or None."""
@@ -358,6 +401,58 @@ class Cluster:
                     pass
 
 
+class _DeathWatch:
+    """Notes the order in which ranks exit, the moment they do.
+
+    When one rank dies, hydra kills the others within milliseconds and gives them no catchable
+    signal; polling cannot tell who went first. A pidfd (Linux 5.3+) becomes readable when its
+    process exits, even for a process that is not our child, so a thread blocked in poll() on all
+    of them wakes up on the first exit, before hydra has reacted.
+    """
+
+    def __init__(self, rank_pids: Dict[int, int]):
+        self._order: List[int] = []
+        self._lock = threading.Lock()
+        self._fds: Dict[int, int] = {}
+        for rank, pid in rank_pids.items():
+            try:
+                self._fds[os.pidfd_open(pid)] = rank
+            except (AttributeError, OSError):  # old kernel or already gone: dead_ranks() still polls
+                continue
+        self._wake_read, self._wake_write = os.pipe()
+        self._thread = threading.Thread(target=self._watch, name="npu-sim-death-watch", daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        poller = select.poll()
+        for fd in list(self._fds) + [self._wake_read]:
+            poller.register(fd, select.POLLIN)
+        remaining = set(self._fds)
+        while remaining:
+            events = poller.poll()
+            if any(fd == self._wake_read for fd, _ in events):
+                return
+            for fd, _ in sorted(events, key=lambda e: self._fds.get(e[0], 0)):
+                if fd in remaining:
+                    remaining.discard(fd)
+                    poller.unregister(fd)
+                    with self._lock:
+                        self._order.append(self._fds[fd])
+
+    def order(self) -> List[int]:
+        with self._lock:
+            return list(self._order)
+
+    def close(self) -> None:
+        os.write(self._wake_write, b"x")
+        self._thread.join(timeout=1.0)
+        for fd in list(self._fds) + [self._wake_read, self._wake_write]:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
 def _rank_identity():
     import os
 
@@ -400,6 +495,21 @@ def _how_it_ended(pid: int) -> Optional[str]:
     if code < 0:
         return f"killed by {signal.Signals(-code).name}"
     return f"exit code {code}"
+
+
+_BAD_TERMINATION = re.compile(r"BAD TERMINATION.*?PID (\d+) RUNNING AT.*?EXIT CODE: (\d+)", re.DOTALL)
+_EXIT_STRING = re.compile(r"EXIT STRING: (.+)")
+
+
+def _parse_bad_termination(text: str) -> Optional[Tuple[int, str]]:
+    found = _BAD_TERMINATION.search(text)
+    if not found:
+        return None
+    exit_string = _EXIT_STRING.search(text, found.end())
+    how = exit_string.group(1).strip() if exit_string else f"exit code {found.group(2)}"
+    if how.lower().startswith("killed (signal") or how.lower().startswith("terminated (signal"):
+        how = how[0].lower() + how[1:]
+    return int(found.group(1)), how
 
 
 def _shared_memory_files(processes) -> List[str]:

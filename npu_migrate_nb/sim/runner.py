@@ -175,6 +175,8 @@ class Runner:
         try:
             watch.wait()
         except _Fault as fault:
+            watch.stream_output(final=True)
+            watch.show_errors()
             outcome = watch.outcome(fault.status, fault.message)
             self._stop(index)
             print(fault.message, file=self.errors)
@@ -322,8 +324,12 @@ class _Watch:
         return " | ".join(tail) if tail else "(no output)"
 
     def death_message(self, dead: Dict[int, str]) -> str:
-        # The rank that died first is the one MPI did not kill: prefer an exit code over SIGKILL.
-        culprit = sorted(dead, key=lambda r: ("SIGKILL" in dead[r] or "SIGTERM" in dead[r], r))[0]
+        reported = self.cluster.reported_failure(wait=0.5)
+        if reported is not None:
+            culprit, how = reported
+            dead = {**dead, culprit: how}
+        else:
+            culprit = next(iter(dead))  # dead_ranks() lists them in the order they went
         others = [r for r in self.cluster.ranks if r != culprit]
         return (
             f"rank {culprit} died during cell {self.index} ({dead[culprit]}); its last output: "
@@ -335,8 +341,8 @@ class _Watch:
         running = [r for r in self.cluster.ranks if r not in finished]
         first_line = _last_line(self.error_of(failed[0]))
         return (
-            f"rank {failed[0]} failed in cell {self.index} ({first_line}) while "
-            f"{self._where_running(running)} {GRACE_AFTER_ERROR:g} s later. Stopped all ranks."
+            f"rank {failed[0]} failed in cell {self.index} ({first_line}); {GRACE_AFTER_ERROR:g} s later "
+            f"{self._where_running(running)}. Stopped all ranks."
         )
 
     def timeout_message(self, finished: List[int]) -> str:

@@ -1,0 +1,113 @@
+"""Faults stop every rank with a clear message, and leave no process behind."""
+
+import io
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import psutil
+import pytest
+
+from npu_migrate_nb.sim.cluster import Cluster
+from npu_migrate_nb.sim.runner import Runner
+
+pytestmark = pytest.mark.sim
+
+
+def _descendants():
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+def run_cells(cells, timeout=60):
+    """Run ``cells`` on a fresh 2-rank cluster; return (outcomes, printed text, leftover pids)."""
+    before = _descendants()
+    echo = io.StringIO()
+    cluster = Cluster(n=2)
+    try:
+        runner = Runner(cluster, timeout=timeout, echo=echo, errors=echo)
+        outcomes = [runner.run_cell(index, source) for index, source in enumerate(cells)]
+    finally:
+        cluster.stop()
+    return outcomes, echo.getvalue(), _descendants() - before
+
+
+def test_an_exception_on_one_rank_names_it_and_stops_the_ranks_waiting_for_it():
+    cells = [
+        "import os\nimport npu_device as npu\nnpu.open().as_default()\nimport tensorflow as tf",
+        "print('step one', flush=True)\nif os.environ['RANK_ID'] == '1':\n    raise ValueError('bad batch on rank 1')\n"
+        "npu.distribute.all_reduce([tf.ones(3)])",
+        "print('never runs')",
+    ]
+    outcomes, output, leftover = run_cells(cells)
+    assert [o.status for o in outcomes] == ["ok", "error", "skipped"]
+    assert "[rank 1] ValueError: bad batch on rank 1" in output
+    assert "rank 1 failed in cell 1 (ValueError: bad batch on rank 1)" in outcomes[1].message
+    assert "rank 0 waits in" in outcomes[1].message
+    assert outcomes[1].ranks[1].error.strip().endswith("ValueError: bad batch on rank 1")
+    assert leftover == set()
+
+
+@pytest.mark.parametrize("how", ["os._exit(3)", "os.kill(os.getpid(), signal.SIGKILL)"])
+def test_a_rank_that_dies_is_named_with_its_last_output(how):
+    cells = [
+        "import os, signal, time\nprint('rank', os.environ['RANK_ID'], 'ready', flush=True)\ntime.sleep(0.5)\n"
+        f"if os.environ['RANK_ID'] == '1':\n    {how}\ntime.sleep(60)",
+        "print('never runs')",
+    ]
+    outcomes, output, leftover = run_cells(cells)
+    assert [o.status for o in outcomes] == ["error", "skipped"]
+    message = outcomes[0].message
+    assert message.startswith("rank 1 died during cell 0")
+    assert "its last output: rank 1 ready" in message and "Stopped the other ranks (0)" in message
+    assert leftover == set()
+
+
+def test_a_skipped_collective_times_out_naming_who_waits_where():
+    cells = [
+        "import os\nimport npu_device as npu\nnpu.open().as_default()\nimport tensorflow as tf",
+        "if os.environ['RANK_ID'] == '0':\n    npu.distribute.all_reduce([tf.ones(3)])\nprint('done')",
+    ]
+    outcomes, output, leftover = run_cells(cells, timeout=5)
+    assert [o.status for o in outcomes] == ["ok", "timeout"]
+    message = outcomes[1].message
+    assert message.startswith("cell 1 timed out after 5 s: rank 0 waits in ")
+    assert "at line 2 of the cell" in message
+    assert "rank(s) 1 finished the cell" in message
+    assert leftover == set()
+
+
+def _tagged_processes(tag):
+    found = []
+    for process in psutil.process_iter():
+        try:
+            if process.environ().get("NPU_SIM_TEST_TAG") == tag:
+                found.append(process)
+        except psutil.Error:
+            continue
+    return found
+
+
+def test_ctrl_c_stops_every_rank_and_leaves_nothing(tmp_path):
+    script = tmp_path / "long.py"
+    script.write_text("import os, time\nprint('started', os.environ['RANK_ID'], flush=True)\ntime.sleep(120)\n")
+    tag = uuid.uuid4().hex
+    env = dict(os.environ, NPU_SIM_TEST_TAG=tag)
+    command = [sys.executable, "-m", "npu_migrate_nb", "run", str(script), "-n", "2"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    seen = []
+    for line in process.stdout:  # wait until both ranks are in the cell
+        seen.append(line)
+        if sum("started" in item for item in seen) == 2:
+            break
+    assert len(_tagged_processes(tag)) >= 5  # controller, mpiexec, hydra, two engines (and the CLI)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130
+    assert "interrupted during cell 0: stopped all 2 ranks" in stderr
+    deadline = time.monotonic() + 10
+    while _tagged_processes(tag) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _tagged_processes(tag) == []
