@@ -1,0 +1,85 @@
+"""The three checks judged from probe records: pass, fail and the honest not-observed cases."""
+
+import numpy as np
+import pytest
+
+from npu_migrate_nb.sim import checks
+
+pytestmark = pytest.mark.sim
+
+
+def weights(moment, values, seq, source="keras fit", cell=3):
+    arrays = [np.atleast_1d(np.asarray(v, dtype=np.float64)) for v in values]
+    return {"kind": "weights", "moment": moment, "names": ["w:0"], "fingerprint": str([list(a) for a in arrays]),
+            "samples": arrays, "count": len(arrays), "source": source, "cell": cell, "seq": seq}
+
+
+def batch(fingerprint, seq=0, deterministic=True, sharded=False, source="keras fit dataset"):
+    return {"kind": "input", "fingerprint": fingerprint, "deterministic": deterministic, "sharded": sharded,
+            "source": source, "cell": 3, "seq": seq}
+
+
+def rank(data, start, end):
+    return [data, weights("start", [start], 1), weights("end", [end], 2)]
+
+
+def test_a_correct_run_passes_all_three():
+    records = {0: rank(batch("a"), [1.0, 2.0], [0.5, 1.5]), 1: rank(batch("b"), [1.0, 2.0], [0.5, 1.5])}
+    result = checks.evaluate(records, 2)
+    assert {name: c.status for name, c in result.items()} == {"broadcast": "pass", "allreduce": "pass", "shard": "pass"}
+    assert result["broadcast"].cell == 3
+
+
+def test_different_start_weights_fail_broadcast_with_the_fix():
+    records = {0: rank(batch("a"), [1.0], [0.5]), 1: rank(batch("b"), [3.0], [2.5])}
+    result = checks.evaluate(records, 2)
+    assert result["broadcast"].status == "fail"
+    assert "npu.distribute.broadcast" in result["broadcast"].detail
+    # the same update from different starts: gradients were aggregated
+    assert result["allreduce"].status == "pass"
+
+
+def test_different_updates_fail_allreduce():
+    records = {0: rank(batch("a"), [1.0], [0.5]), 1: rank(batch("b"), [1.0], [0.9])}
+    check = checks.evaluate(records, 2)["allreduce"]
+    assert check.status == "fail" and "rank 1 differs from rank 0 by up to 0.4" in check.detail
+
+
+def test_identical_data_makes_allreduce_not_observed_never_pass():
+    records = {0: rank(batch("same"), [1.0], [0.5]), 1: rank(batch("same"), [1.0], [0.5])}
+    result = checks.evaluate(records, 2)
+    assert result["allreduce"].status == "not-observed"
+    assert result["shard"].status == "fail"
+
+
+def test_random_unsharded_pipeline_is_not_proof_of_sharding():
+    records = {0: [batch("a", deterministic=False)], 1: [batch("b", deterministic=False)]}
+    assert checks.check_shard(records, 2).status == "not-observed"
+    records = {0: [batch("a", deterministic=False, sharded=True)], 1: [batch("b", deterministic=False, sharded=True)]}
+    assert checks.check_shard(records, 2).status == "pass"
+
+
+def test_nothing_seen_is_not_observed():
+    result = checks.evaluate({0: [], 1: []}, 2)
+    assert all(check.status == "not-observed" for check in result.values())
+
+
+def test_one_rank_compares_nothing():
+    result = checks.evaluate({0: rank(batch("a"), [1.0], [0.5])}, 1)
+    assert all(check.status == "not-observed" for check in result.values())
+
+
+def test_four_ranks_with_two_equal_batches_fail_shard():
+    records = {r: [batch(f) ] for r, f in enumerate("aabc")}
+    check = checks.check_shard(records, 4)
+    assert check.status == "fail" and "ranks 0,1: a" in check.detail
+
+
+def test_the_training_input_is_the_last_read_before_training_started():
+    rank0 = [batch("peek", seq=0), batch("a", seq=1), weights("start", [1.0], 2), batch("eval", seq=3)]
+    assert checks.training_input(rank0)["fingerprint"] == "a"
+
+
+def test_estimator_fixes_name_the_tf1_api():
+    records = {0: [weights("start", [1.0], 1, source="estimator")], 1: [weights("start", [2.0], 1, source="estimator")]}
+    assert "NPUBroadcastGlobalVariablesHook" in checks.check_broadcast(records, 2).detail
