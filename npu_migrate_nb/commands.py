@@ -110,7 +110,7 @@ def _summarize(path: str, result, remaining: Analysis, written: Optional[str]) -
                 file=sys.stderr,
             )
     for line in summary_lines(remaining):
-        print(line, file=sys.stderr)
+        print(line.replace(f"{path}:", f"{path} (after fix):", 1), file=sys.stderr)
 
 
 def _complain(error: InputError) -> None:

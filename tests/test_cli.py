@@ -123,3 +123,19 @@ def test_check_never_imports_tensorflow_libcst_or_nbformat():
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert done.stderr.strip().endswith("[]"), done.stderr
+
+
+def test_fix_field_reads_as_the_code_after_the_fix(tmp_path, capsys):
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import tensorflow as tf\n"
+        "est = tf.estimator.Estimator(model_fn=model_fn)\n"
+        "est.train(input_fn=train_input_fn,\n"
+        "          steps=100)  # train\n"
+    )
+    _, out, _ = run(["check", str(script), "--format", "json"], capsys)
+    fixes = {f["code"]: f["fix"] for f in json.loads(out)["findings"]}
+    assert fixes["missing-broadcast"] == (
+        "est.train(input_fn=train_input_fn,\n"
+        "          steps=100, hooks=npu_hooks_append())  # train"
+    )

@@ -64,7 +64,7 @@ class Rule:
         line, column = facts.start(node)
         end_line, end_column = facts.end(node)
         if fix is None and edits:
-            fix = "\n".join(edit.code for edit in edits if edit.code) or ""
+            fix = fix_text(facts, edits)
         return Finding(
             code=self.code,
             step=self.step,
@@ -78,6 +78,77 @@ class Rule:
             fix=fix,
             edits=tuple(edits),
         )
+
+
+# ------------------------------------------------------------------------------ the fix, for people
+
+
+def fix_text(facts: CellFacts, edits: Sequence[Edit]) -> str:
+    """What the changed statements read after the fix: inserted lines and rewritten statements."""
+    parts: List[str] = []
+    in_place = [edit for edit in edits if edit.kind not in ("insert_before", "insert_after", "remove")]
+    statements = []
+    for edit in edits:
+        stmt = _statement_at(facts, edit.start)
+        if stmt is not None and all(stmt is not seen for seen in statements):
+            statements.append(stmt)
+    statements.sort(key=lambda stmt: (stmt.lineno, stmt.col_offset))
+    for stmt in statements:
+        mine = [edit for edit in edits if _statement_at(facts, edit.start) is stmt]
+        parts += [edit.code for edit in mine if edit.kind == "insert_before"]
+        changed_in_place = [edit for edit in mine if edit in in_place]
+        if changed_in_place:
+            parts.append(_rendered(facts, stmt, changed_in_place))
+        parts += [edit.code for edit in mine if edit.kind == "insert_after"]
+    return "\n".join(part for part in parts if part)
+
+
+def _statement_at(facts: CellFacts, position) -> Optional[ast.stmt]:
+    """The innermost simple statement (or compound header) that starts at or contains ``position``."""
+    best = None
+    for node in ast.walk(facts.tree):
+        if isinstance(node, ast.stmt) and facts.start(node) <= position <= facts.end(node):
+            best = node
+    return best
+
+
+def _rendered(facts: CellFacts, stmt: ast.stmt, edits: Sequence[Edit]) -> str:
+    """The statement's source with the in-place edits spliced in (display only)."""
+    first, last = stmt.lineno, _header_end(stmt)
+    lines = [line.rstrip("\r\n") for line in facts.lines[first - 1:last]]
+    for edit in sorted(edits, key=lambda e: (e.start, e.end), reverse=True):
+        (start_line, start_col), (end_line, end_col) = edit.start, edit.end
+        if start_line < first or end_line > last:
+            continue
+        head, tail = lines[start_line - first][:start_col], lines[end_line - first][end_col:]
+        if edit.kind == "replace":
+            new = head + edit.code + tail
+        elif edit.kind in ("add_argument", "append_element"):
+            original = facts.lines[end_line - 1][:end_col]
+            opener = original[: len(original) - 1].rstrip()
+            separator = "" if opener.endswith(("(", "[")) else ("" if opener.endswith(",") else ", ")
+            new = head + _between(facts, edit) + separator + edit.code + original[-1:] + tail
+        else:  # remove_element: show the list without it
+            new = head + tail
+        lines[start_line - first:end_line - first + 1] = new.split("\n")
+        last -= end_line - start_line
+    indent = len(lines[0]) - len(lines[0].lstrip())
+    return "\n".join(line[indent:] if line[:indent].isspace() else line for line in lines)
+
+
+def _between(facts: CellFacts, edit: Edit) -> str:
+    """The original text of the node an argument or element is appended to, without its closer."""
+    (start_line, start_col), (end_line, end_col) = edit.start, edit.end
+    text = "".join(facts.lines[start_line - 1:end_line])
+    offset_end = sum(len(line) for line in facts.lines[start_line - 1:end_line - 1]) + end_col
+    return text[start_col:offset_end - 1].rstrip()
+
+
+def _header_end(stmt: ast.stmt) -> int:
+    body = getattr(stmt, "body", None)
+    if isinstance(body, list) and body:
+        return body[0].lineno - 1 if body[0].lineno > stmt.lineno else stmt.lineno
+    return stmt.end_lineno
 
 
 # ---------------------------------------------------------------------------------- edit helpers
