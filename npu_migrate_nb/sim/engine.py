@@ -29,8 +29,6 @@ def main() -> None:
 
     rank, size = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
     prepare_rank(rank, size, settings)
-    if os.environ.get("NPU_SIM_TRACE"):
-        print(f"rank {rank} prepared at {time.time():.3f}", file=sys.stderr, flush=True)
     from ipyparallel.engine.app import main as engine_main
 
     engine_main()
@@ -77,11 +75,25 @@ def _import_tensorflow(seed: int, tf1: bool) -> None:
     except ImportError:
         return
     tf.random.set_seed(seed)
+    _share_cores(tf, int(os.environ.get("RANK_SIZE", "1")))
     if tf1:
         enter_tf1_mode()
     from . import probes
 
     probes.install()
+
+
+def _share_cores(tf, ranks: int) -> None:
+    """Give each rank its share of the machine's cores: N ranks each sizing TensorFlow's thread
+    pools for the whole machine oversubscribe it, and a rank waiting in a collective then loses
+    its core to another rank's idle spinning threads."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    share = max(1, cores // max(1, ranks))
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(share)
+        tf.config.threading.set_inter_op_parallelism_threads(share)
+    except RuntimeError:  # TensorFlow's runtime already started (a user's sitecustomize?): leave it
+        pass
 
 
 def enter_tf1_mode() -> None:
