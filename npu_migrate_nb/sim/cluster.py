@@ -82,6 +82,7 @@ class Cluster:
         self._launched_pids: List[int] = []  # controller and mpiexec, our direct children
         self._owns_processes = False
         self._death_watch: Optional[_DeathWatch] = None
+        self._shared_memory: List[str] = []
 
     # ------------------------------------------------------------------------------- lifecycle
 
@@ -264,6 +265,8 @@ class Cluster:
                 raise ClusterError(f"engine {engine_id} has RANK_ID {rank}: engine ids must equal MPI ranks")
             self.rank_pids[rank] = pid
         self._death_watch = _DeathWatch(self.rank_pids)
+        # Noted now: after a rank dies, hydra kills the rest and their mappings can no longer be read.
+        self._shared_memory = _shared_memory_files(psutil.Process(pid) for pid in self.rank_pids.values())
 
     # ----------------------------------------------------------------------------- watching
 
@@ -372,7 +375,7 @@ class Cluster:
         # The ranks hold no state worth saving: KILL them; then TERM lets hydra and the controller
         # clean up after themselves; KILL whatever is left.
         rank_pids = set(self.rank_pids.values())
-        shared_memory = _shared_memory_files(p for p in processes if p.pid in rank_pids)
+        shared_memory = set(self._shared_memory) | set(_shared_memory_files(p for p in processes if p.pid in rank_pids))
         for process in processes:
             _signal(process, signal.SIGKILL if process.pid in rank_pids else signal.SIGTERM)
         _, alive = psutil.wait_procs(processes, timeout=2.0)
