@@ -20,6 +20,11 @@ PYTHON_CELL_MAGICS = frozenset(
 
 _MASK_TEMPLATE = "pass  # npu-migrate-nb:ipython:{number}"
 _MASK_LINE = re.compile(r"^[ \t]*pass  # npu-migrate-nb:ipython:(\d+)[ \t]*$")
+# Line magics whose argument is a Python statement (``%time model.fit(ds)``): the statement is kept,
+# behind ``if 1:`` padded to the magic's width so that columns stay true, and analyzed.
+_CODE_LINE_MAGICS = {"time": "", "timeit": "nrp", "prun": "sTDlm", "memit": "rt", "capture": ""}
+_CODE_MAGIC_MARK = "  # npu-migrate-nb:ipython-code:{number}"
+_CODE_MAGIC_LINE = re.compile(r"^([ \t]*)if 1:[ ]*(.*?)  # npu-migrate-nb:ipython-code:(\d+)$")
 # A cheap pre-check: only cells with one of these can contain IPython syntax.
 _MAYBE_IPYTHON = re.compile(r"^[ \t]*[%!?]|[?][ \t]*$|=[ \t]*[%!]", re.MULTILINE)
 _LEADING_SPACE = re.compile(r"^[ \t]*")
@@ -52,8 +57,48 @@ def mask(source: str) -> MaskedCell:
             return MaskedCell(None, cell_magic=cell_magic)
         _mask_line(lines, first, originals)
     for number in _ipython_line_numbers(lines):
-        _mask_line(lines, number, originals)
+        if not _keep_magic_code(lines, number, originals):
+            _mask_line(lines, number, originals)
     return MaskedCell("".join(lines), originals, cell_magic)
+
+
+def _keep_magic_code(lines: list, number: int, originals: Dict[int, str]) -> bool:
+    """``%time stmt`` becomes ``if 1: stmt`` (same columns) when ``stmt`` is one line of Python."""
+    line = lines[number]
+    body = line.rstrip("\r\n")
+    ending = line[len(body):]
+    indent = _LEADING_SPACE.match(body).group(0)
+    prefix, code = _split_code_magic(body[len(indent):])
+    if code is None or len(prefix) < len("if 1:") or "#" in code:
+        return False
+    try:
+        compile(code, "<magic>", "exec", dont_inherit=True)
+    except SyntaxError:
+        return False
+    originals[number] = line
+    lines[number] = indent + "if 1:" + " " * (len(prefix) - len("if 1:")) + code + _CODE_MAGIC_MARK.format(number=number) + ending
+    return True
+
+
+def _split_code_magic(text: str):
+    """("%timeit -n 3 ", "f()") for ``%timeit -n 3 f()``; (None, None) for other lines."""
+    match = re.match(r"%(\w+)[ \t]+", text)
+    if not match or match.group(1) not in _CODE_LINE_MAGICS:
+        return None, None
+    takes_value = _CODE_LINE_MAGICS[match.group(1)]
+    position = match.end()
+    while text.startswith("-", position):
+        option = re.match(r"-(\w)\S*[ \t]+", text[position:])
+        if option is None:
+            return None, None
+        position += option.end()
+        if option.group(1) in takes_value and len(option.group(0).strip()) == 2:
+            value = re.match(r"\S+[ \t]+", text[position:])
+            if value is None:
+                return None, None
+            position += value.end()
+    code = text[position:]
+    return (text[:position], code) if code.strip() else (None, None)
 
 
 def unmask(code: str, masked: MaskedCell) -> str:
@@ -62,6 +107,15 @@ def unmask(code: str, masked: MaskedCell) -> str:
         return code
     lines = code.splitlines(keepends=True)
     for i, line in enumerate(lines):
+        body = line.rstrip("\r\n")
+        kept = _CODE_MAGIC_LINE.match(body)
+        if kept and int(kept.group(3)) in masked.originals:
+            original = masked.originals[int(kept.group(3))]
+            original_body = original.rstrip("\r\n")
+            indent = _LEADING_SPACE.match(original_body).group(0)
+            prefix, _ = _split_code_magic(original_body[len(indent):])
+            lines[i] = kept.group(1) + prefix + kept.group(2) + line[len(body):]
+            continue
         found = _MASK_LINE.match(line)
         if found and int(found.group(1)) in masked.originals:
             original = masked.originals[int(found.group(1))]

@@ -103,6 +103,7 @@ SHARD_AND_REBATCH = "npu_device.distribute.shard_and_rebatch_dataset"
 TF2_BROADCAST_CALLBACKS = frozenset(
     {
         "npu_device.distribute.NPUBroadcastGlobalVariablesCallback",
+        "npu_device.distribute.npu_callbacks.NPUBroadcastGlobalVariablesCallback",
         "npu_device.distribute.hccl.NPUBroadcastGlobalVariablesCallback",
         "npu_device.NPUBroadcastGlobalVariablesCallback",
     }

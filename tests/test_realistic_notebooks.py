@@ -41,7 +41,7 @@ history = model.fit(ds, epochs=1, callbacks=[keras.callbacks.TerminateOnNaN()])
 def test_subclassed_keras_model_is_broadcast_after_its_first_batch():
     before, fixed, after = fixed_and_reanalyzed(SUBCLASSED_KERAS)
     assert before.adapter == "npu_device" and before.framework == "keras"
-    assert "callbacks=[keras.callbacks.TerminateOnNaN(), tf.keras.callbacks.LambdaCallback(" in fixed
+    assert "callbacks=[keras.callbacks.TerminateOnNaN(), keras.callbacks.LambdaCallback(" in fixed
     assert "npu_device.distribute.broadcast(model.trainable_variables)" in fixed  # the notebook's own alias
     assert "ds, rank_batch_size = npu_device.distribute.shard_and_rebatch_dataset(ds, 32)" in fixed
     assert "%load_ext autoreload\n" in fixed and "!ls data\n" in fixed
@@ -86,8 +86,8 @@ def test_custom_loop_with_helpers_in_other_cells():
     assert before.framework == "custom-loop" and before.adapter == "npu_device"
     allreduce = next(f for f in before.findings if f.code == "missing-allreduce")
     assert '"sum"' in allreduce.fix and "compute_average_loss" in allreduce.message
-    # The model is made by a helper (unknown to be built): broadcast goes before the training loop.
-    assert "# %%\n%%time\nnpu.distribute.broadcast(model.trainable_variables)\nfor epoch in range(3):" in fixed
+    # The helper returns a model built at construction: broadcast right after it is made, as in the seed.
+    assert "model = create_model()\nnpu.distribute.broadcast(model.trainable_variables)\n" in fixed
     assert after.steps == {"broadcast": "present", "allreduce": "present", "shard": "present"}
 
 
@@ -107,7 +107,7 @@ def test_a_step_that_cannot_be_located_is_still_reported_where_training_happens(
     shard = [f for f in after.findings if f.code == "missing-shard"]
     train_line = fixed.splitlines().index(next(l for l in fixed.splitlines() if l.startswith("est.train("))) + 1
     assert len(shard) == 1 and shard[0].fix is None and shard[0].line == train_line
-    assert "not recognized" in shard[0].message
+    assert "were recognized" in shard[0].message and "by hand" in shard[0].message
     assert after.steps == {"broadcast": "present", "allreduce": "present", "shard": "missing"}
 
 
@@ -116,3 +116,75 @@ def test_broken_cell_does_not_stop_the_rest():
     analysis = analyze(notebook_from(text))
     assert [(e.cell, e.line) for e in analysis.errors] == [(1, 1)]
     assert {"missing-allreduce", "missing-broadcast", "missing-shard"} <= {f.code for f in analysis.findings}
+
+
+def reduction_fix(loss_lines: str, extra: str = "") -> str:
+    text = (
+        "import tensorflow as tf\n" + extra +
+        "def train_step(x, y):\n"
+        "    with tf.GradientTape() as tape:\n" + loss_lines +
+        "    grads = tape.gradient(loss, model.trainable_variables)\n"
+    )
+    analysis = analyze(notebook_from(text))
+    return next(f.fix for f in analysis.findings if f.code == "missing-allreduce")
+
+
+def test_reduction_of_a_sum_divided_by_this_ranks_own_count_is_mean():
+    assert '"mean"' in reduction_fix("        loss = tf.reduce_sum(l) / tf.cast(tf.shape(x)[0], tf.float32)\n")
+    assert '"mean"' in reduction_fix("        loss = tf.reduce_sum(l * mask) / tf.reduce_sum(mask)\n")
+
+
+def test_reduction_of_a_sum_loss_object_divided_by_the_global_batch_is_sum():
+    extra = "loss_fn = tf.keras.losses.MeanSquaredError(reduction=tf.keras.losses.Reduction.SUM)\n"
+    assert '"sum"' in reduction_fix("        loss = loss_fn(y, model(x)) / BATCH_SIZE\n", extra)
+
+
+def test_an_explicit_mean_loss_wins_over_a_reporting_reduce_op_sum():
+    extra = "total = strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)\n"
+    assert '"mean"' in reduction_fix("        loss = tf.reduce_mean(tf.square(model(x) - y))\n", extra)
+
+
+MULTI_INPUT_FIT = """\
+import tensorflow as tf
+model.compile(optimizer='adam', loss='mse')
+model.fit({"a": a, "b": b}, y, batch_size=16)
+model.fit(x=[a, b], y=y, batch_size=16)
+"""
+
+
+def test_multi_input_arrays_are_sliced_one_by_one_with_one_rank_line():
+    _, fixed, after = fixed_and_reanalyzed(MULTI_INPUT_FIT)
+    assert 'model.fit({"a": a[rank_id::rank_size], "b": b[rank_id::rank_size]}, y[rank_id::rank_size], batch_size=16 // rank_size' in fixed
+    assert "model.fit(x=[a[rank_id::rank_size], b[rank_id::rank_size]], y=y[rank_id::rank_size], batch_size=16 // rank_size" in fixed
+    assert fixed.count("rank_size, rank_id = ") == 1
+    assert after.steps["shard"] == "present"
+
+
+def test_inputs_bound_to_a_list_are_not_sliced_as_a_whole():
+    text = "import tensorflow as tf\ninputs = [a, b]\nmodel.compile(optimizer='adam', loss='mse')\nmodel.fit(inputs, y)\n"
+    analysis = analyze(notebook_from(text))
+    shard = next(f for f in analysis.findings if f.code == "missing-shard")
+    assert shard.fix is None and "slice each input array" in shard.message
+
+
+def test_a_built_model_returned_by_a_helper_is_broadcast_before_fit():
+    text = (
+        "import tensorflow as tf\n"
+        "def make():\n    return tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(4,))])\n"
+        "model = make()\nmodel.compile(optimizer='sgd', loss='mse')\nmodel.fit(ds)\n"
+    )
+    _, fixed, _ = fixed_and_reanalyzed(text)
+    assert "npu.distribute.broadcast(model.trainable_variables)\nmodel.fit(ds)" in fixed
+
+
+def test_tf2_callback_imported_from_its_module_is_the_defective_one():
+    text = (
+        "import tensorflow as tf\nimport npu_device as npu\n"
+        "from npu_device.distribute.npu_callbacks import NPUBroadcastGlobalVariablesCallback\n"
+        "npu.open().as_default()\n"
+        "model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(4,))])\n"
+        "model.compile(optimizer='sgd', loss='mse')\n"
+        "model.fit(ds, callbacks=[NPUBroadcastGlobalVariablesCallback(0)])\n"
+    )
+    codes = [f.code for f in analyze(notebook_from(text)).findings]
+    assert "tf2-broadcast-callback" in codes and "missing-broadcast" not in codes

@@ -8,7 +8,7 @@ from typing import Iterable, Iterator, List, Optional
 from .. import knowledge as K
 from ..facts import CallSite, CellFacts
 from ..findings import NEEDS_NPU_BRIDGE, NEEDS_NPU_DEVICE, Edit, Finding
-from .base import Example, Rule, insert_after, replace, single_target, wrap
+from .base import Example, Rule, insert_after, keras_prefix, replace, single_target, wrap
 from .reduction import reduction_for
 
 TF1_WRAPPER = "npu_distributed_optimizer_wrapper"
@@ -171,7 +171,10 @@ class MissingAllreduce(Rule):
             findings += self._wrap_compiled_optimizers(context)
         if "custom-loop" in context.frameworks and not context.tf1:
             findings += self._all_reduce_gradients(context)
-        return findings or self.unlocated(context, "the optimizer or the gradient computation")
+        return findings or self.unlocated(
+            context, "gradients are not aggregated across ranks, and neither the optimizer nor the gradient "
+            "computation was recognized"
+        )
 
     # -- TF1: wrap every tf.train optimizer where it is created
     def _wrap_tf1_optimizers(self, context) -> Iterator[Finding]:
@@ -207,7 +210,7 @@ class MissingAllreduce(Rule):
             class_name = K.KERAS_OPTIMIZER_STRINGS.get(optimizer.value.lower())
             if class_name is None:
                 return self.finding(cell, facts, optimizer, message + f" (unknown optimizer {optimizer.value!r})")
-            code = f"{wrapper}({_keras_prefix(context)}.optimizers.{class_name}())"
+            code = f"{wrapper}({keras_prefix(context)}.optimizers.{class_name}())"
             return self.finding(cell, facts, optimizer, message, [replace(cell, facts, optimizer, code, [needs])])
         if isinstance(optimizer, ast.Name):
             creation = _creation_of(context, optimizer.id, site)
@@ -243,11 +246,6 @@ class MissingAllreduce(Rule):
                 f"after tape.gradient ({reason})",
                 [edit],
             )
-
-
-def _keras_prefix(context) -> str:
-    keras_alias = context.facts.alias_for("tensorflow.keras")
-    return keras_alias or f"{context.tf}.keras"
 
 
 def _wrap_creation(cell: int, facts: CellFacts, site: CallSite, wrapper: str, needs: str) -> Edit:

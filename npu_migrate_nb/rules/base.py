@@ -37,19 +37,13 @@ class Rule:
     def check(self, context: "Context") -> Iterable[Finding]:
         raise NotImplementedError  # every concrete rule overrides this
 
-    def unlocated(self, context: "Context", what: str) -> List[Finding]:
+    def unlocated(self, context: "Context", message: str) -> List[Finding]:
         """The step is missing but no place to fix it was recognized: say so at the training call."""
         found = training_call(context)
         if found is None:
             return []
         cell, facts, site = found
-        return [
-            self.finding(
-                cell, facts, site.node,
-                f"{self.step} step missing and {what} was not recognized: add it by hand "
-                "(see the vendor's distributed migration guide)",
-            )
-        ]
+        return [self.finding(cell, facts, site.node, message + "; add it by hand (see the vendor's distributed guide)")]
 
     def finding(
         self,
@@ -278,6 +272,11 @@ TRAINING_CALLS = ("fit", "train", "train_and_evaluate", "gradient", "minimize", 
 def training_call(context: "Context"):
     """The notebook's first training call (cell, facts, site), where an unlocatable step is reported."""
     return next(context.facts.calls(*TRAINING_CALLS), None)
+
+
+def keras_prefix(context: "Context") -> str:
+    """How this notebook spells Keras: its own ``keras`` alias, else ``tf.keras``."""
+    return context.facts.alias_for("tensorflow.keras") or f"{context.tf}.keras"
 
 
 def receiver_name(site: CallSite) -> Optional[str]:

@@ -15,6 +15,7 @@ from .base import (
     append_element,
     insert_after,
     insert_before,
+    keras_prefix,
     receiver_name,
     replace,
     replace_with,
@@ -147,13 +148,16 @@ class MissingBroadcast(Rule):
         if context.steps["broadcast"] != "missing" or _horovod_broadcast(context):
             return []
         findings: List[Finding] = []
+        tf2_callback = _uses_tf2_callback(context)
         if "estimator" in context.frameworks:
             findings += self._estimator(context)
-        if "keras" in context.frameworks and not context.uses(*K.TF2_BROADCAST_CALLBACKS):
+        if "keras" in context.frameworks and not tf2_callback:
             findings += self._keras(context)  # else tf2-broadcast-callback puts the broadcast in its place
         if "custom-loop" in context.frameworks and not context.tf1:
             findings += self._custom_loop(context)
-        return findings or self.unlocated(context, "the step where variables are created and broadcast")
+        if findings or tf2_callback:
+            return findings
+        return self.unlocated(context, "variables are not broadcast from rank 0, and no place to broadcast them was recognized")
 
     # -- Estimator: the broadcast hook in the training hooks
     def _estimator(self, context) -> Iterator[Finding]:
@@ -249,12 +253,22 @@ class MissingBroadcast(Rule):
             )
 
 
+def _uses_tf2_callback(context) -> bool:
+    if context.tf1:
+        return False
+    return any(
+        context.facts.resolve(site.dotted).startswith(("npu_device.", "npu_bridge."))
+        for _, _, site in context.facts.calls("NPUBroadcastGlobalVariablesCallback")
+    )
+
+
 def first_batch_broadcast(context, model: str) -> str:
     """A callback that broadcasts ``model``'s variables once they exist, after the first batch."""
     return (
-        f"{context.tf}.keras.callbacks.LambdaCallback(on_train_batch_end=lambda batch, logs: "
+        f"{keras_prefix(context)}.callbacks.LambdaCallback(on_train_batch_end=lambda batch, logs: "
         f"batch == 0 and {context.npu}.distribute.broadcast({model}.trainable_variables))"
     )
+
 
 
 def model_is_built_before_fit(context, model: str) -> bool:
@@ -356,7 +370,7 @@ def _statement_that_builds(context, model: str):
     found = None
     for cell, facts, assignment in context.facts.assignments(model):
         if assignment.function is None and isinstance(assignment.value, ast.Call):
-            if model_is_built_by(context, assignment.value):
+            if model_is_built_by(context, assignment.value) or _helper_returns_built_model(context, assignment.value):
                 found = (cell, facts, top_level_statement(facts, assignment.stmt))
     for cell, facts, site in context.facts.calls("build"):
         if site.dotted == f"{model}.build" and site.function is None:
@@ -378,6 +392,24 @@ def model_is_built_by(context, call: ast.Call) -> bool:
                 return True
             return context.facts.resolve(dotted_name(first.func)) in K.KERAS_INPUT_LAYERS
     return False
+
+
+def _helper_returns_built_model(context, call: ast.Call) -> bool:
+    """``model = make_model()`` where ``make_model`` returns a model built at construction."""
+    if not isinstance(call.func, ast.Name):
+        return False
+    found = context.facts.function(call.func.id)
+    if found is None:
+        return False
+    _, helper_facts, function = found
+    returns = [node.value for node in ast.walk(function) if isinstance(node, ast.Return) and node.value is not None]
+    for value in returns:
+        if isinstance(value, ast.Name):
+            bound = [a.value for a in helper_facts.assignments.get(value.id, ()) if a.function == function.name]
+            value = bound[-1] if bound else value
+        if not (isinstance(value, ast.Call) and model_is_built_by(context, value)):
+            return False
+    return bool(returns)
 
 
 def _training_loop(context, cell, facts, site: CallSite):

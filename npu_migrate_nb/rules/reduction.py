@@ -21,14 +21,14 @@ SUM, MEAN = "sum", "mean"
 
 def reduction_for(context: "Context", facts: CellFacts, gradient: CallSite) -> Tuple[str, str]:
     """(reduction, reason) for the gradients of ``tape.gradient(loss, ...)``."""
-    if context.facts.uses_name("ReduceOp") and _script_reduces_with_sum(context):
-        return SUM, "the script already reduces with ReduceOp.SUM"
     loss = gradient.argument(0, "target")
     expression = _definition(facts, gradient, loss)
     verdict = _classify(context, facts, expression, depth=0) if expression is not None else None
-    if verdict is None:
-        return MEAN, "the loss is a per-rank mean (no division by the global batch size was found)"
-    return verdict
+    if verdict is not None:
+        return verdict
+    if context.facts.uses_name("ReduceOp") and _script_reduces_with_sum(context):
+        return SUM, "the script already reduces with ReduceOp.SUM"
+    return MEAN, "the loss is a per-rank mean (no division by the global batch size was found)"
 
 
 def _script_reduces_with_sum(context: "Context") -> bool:
@@ -86,20 +86,46 @@ def _sum_divided_by_batch(node: ast.BinOp, context: "Context") -> bool:
         left, divisor = node.left, node.right.right
     else:
         return False
-    if not _is_reduce_sum(left, context):
+    if not _is_a_sum(left, context):
         return False
-    return not _is_per_rank_batch(divisor)
+    return not _is_per_rank_count(divisor, context)
 
 
-def _is_reduce_sum(node: ast.AST, context: "Context") -> bool:
-    return isinstance(node, ast.Call) and context.facts.resolve(_callee(node)).endswith("reduce_sum")
-
-
-def _is_per_rank_batch(node: ast.AST) -> bool:
-    """``tf.shape(x)[0]``, ``len(x)`` or a per-rank batch name count as a per-rank mean."""
-    if isinstance(node, ast.Subscript) or (isinstance(node, ast.Call) and _callee(node) in ("len", "tf.size")):
+def _is_a_sum(node: ast.AST, context: "Context") -> bool:
+    """``reduce_sum(...)``, or a Keras loss object built with ``reduction=...SUM``, called."""
+    if not isinstance(node, ast.Call):
+        return False
+    if context.facts.resolve(_callee(node)).endswith("reduce_sum"):
         return True
-    return isinstance(node, ast.Name) and node.id in ("rank_batch_size", "local_batch_size", "per_replica_batch_size")
+    if isinstance(node.func, ast.Name):
+        for _, _, assignment in context.facts.assignments(node.func.id):
+            value = assignment.value
+            if isinstance(value, ast.Call) and any(
+                keyword.arg == "reduction" and _names_sum(keyword.value) for keyword in value.keywords
+            ):
+                return True
+    return False
+
+
+def _names_sum(node: ast.AST) -> bool:
+    if isinstance(node, ast.Constant):
+        return node.value in ("sum", "SUM")
+    return isinstance(node, ast.Attribute) and node.attr == "SUM"
+
+
+_PER_RANK_CALLS = ("shape", "size", "len", "reduce_sum", "reduce_mean", "count_nonzero", "cast_to_floatx")
+
+
+def _is_per_rank_count(node: ast.AST, context: "Context") -> bool:
+    """A divisor counted from this rank's own data (its batch's shape, a mask's sum) makes a mean."""
+    for child in ast.walk(node):
+        if isinstance(child, ast.Subscript):
+            return True
+        if isinstance(child, ast.Call) and context.facts.resolve(_callee(child)).rsplit(".", 1)[-1] in _PER_RANK_CALLS:
+            return True
+        if isinstance(child, ast.Name) and child.id in ("rank_batch_size", "local_batch_size", "per_replica_batch_size"):
+            return True
+    return False
 
 
 def _classify_helper(context: "Context", expression: ast.AST) -> Optional[Tuple[str, str]]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ast
-from typing import Iterable, Iterator, List, Optional, Tuple
+from typing import Iterable, Iterator, List, Optional, Tuple  # noqa: F401
 
 from .. import knowledge as K
 from ..facts import CallSite, CellFacts
@@ -129,8 +129,9 @@ class MissingShard(Rule):
         if "keras" in context.frameworks:
             findings += self._shard_arrays(context)
         return findings or self.unlocated(
-            context, "a tf.data pipeline (each rank must read its own slice, e.g. x[rank_id::rank_size], "
-            "with the global batch split across ranks)"
+            context, "every rank reads the same data, and no tf.data pipeline or input arrays were recognized "
+            "to shard: each rank must read its own slice (a dataset's .shard(RANK_SIZE, RANK_ID), arrays' "
+            "x[rank_id::rank_size], a Sequence's __getitem__) with the global batch split across ranks"
         )
 
     # -- tf.data pipelines
@@ -152,17 +153,24 @@ class MissingShard(Rule):
 
     # -- numpy arrays given to fit
     def _shard_arrays(self, context) -> Iterator[Finding]:
+        scopes_with_rank_line = set()
         for cell, facts, site in context.facts.calls("fit"):
             x = site.argument(0, "x")
             y = site.argument(1, "y")
             if x is None or y is None or receiver_name(site) is None:
                 continue
-            yield self.finding(
-                cell, facts, x,
+            message = (
                 "every rank trains on all the arrays: give each rank every N-th sample "
-                "(x[rank_id::rank_size]) and split the batch size across ranks",
-                _array_edits(cell, facts, site, x, y),
+                "(x[rank_id::rank_size]) and split the batch size across ranks"
             )
+            arrays = _array_leaves(x) + _array_leaves(y)
+            if any(leaf is None for leaf in arrays) or _bound_to_a_container(context, x):
+                yield self.finding(cell, facts, x, message + " (slice each input array; not done automatically here)")
+                continue
+            scope = (cell, site.function)
+            edits = _array_edits(cell, facts, site, arrays, define_rank=scope not in scopes_with_rank_line)
+            scopes_with_rank_line.add(scope)
+            yield self.finding(cell, facts, x, message, edits)
 
 
 def _for_evaluation(facts: CellFacts, site: CallSite) -> bool:
@@ -241,16 +249,38 @@ def _shard_and_rebatch(context, cell, facts: CellFacts, source: CallSite, batch:
     return edits
 
 
-def _array_edits(cell, facts: CellFacts, site: CallSite, x: ast.expr, y: ast.expr) -> List[Edit]:
+def _array_leaves(node: ast.expr) -> List[Optional[ast.expr]]:
+    """The arrays inside ``x``/``y`` of fit: the values of a dict or list of inputs, or ``node``.
+    None marks a part that cannot be sliced safely (a comprehension, a starred element)."""
+    if isinstance(node, ast.Dict):
+        if any(key is None for key in node.keys):
+            return [None]
+        return [leaf for value in node.values for leaf in _array_leaves(value)]
+    if isinstance(node, (ast.List, ast.Tuple)):
+        if any(isinstance(element, ast.Starred) for element in node.elts):
+            return [None]
+        return [leaf for element in node.elts for leaf in _array_leaves(element)]
+    if isinstance(node, (ast.ListComp, ast.DictComp, ast.GeneratorExp, ast.SetComp, ast.Set)):
+        return [None]
+    return [node]
+
+
+def _bound_to_a_container(context, x: ast.expr) -> bool:
+    """``inputs = [a, b]; model.fit(inputs, y)``: slicing ``inputs`` would slice the list of inputs."""
+    if not isinstance(x, ast.Name):
+        return False
+    values = [a.value for _, _, a in context.facts.assignments(x.id) if not a.tuple_target]
+    return bool(values) and isinstance(values[-1], (ast.Dict, ast.List, ast.Tuple))
+
+
+def _array_edits(cell, facts: CellFacts, site: CallSite, arrays, define_rank: bool) -> List[Edit]:
     needs = [NEEDS_OS]
     rank_slice = "[rank_id::rank_size]"
-    edits = [
-        insert_before(
+    edits = [_sliced(cell, facts, array, rank_slice, needs) for array in arrays]
+    if define_rank:
+        edits.insert(0, insert_before(
             cell, facts, site.stmt, f"rank_size, rank_id = {K.RANK_SIZE_EXPR}, {K.RANK_ID_EXPR}", needs
-        ),
-        _sliced(cell, facts, x, rank_slice, needs),
-        _sliced(cell, facts, y, rank_slice, needs),
-    ]
+        ))
     batch_size = site.keyword("batch_size")
     if batch_size is not None:
         edits.append(_divided(cell, facts, batch_size.value, "rank_size", needs))

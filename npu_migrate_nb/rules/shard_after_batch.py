@@ -28,10 +28,33 @@ class ShardAfterBatch(Rule):
             "ds = ds.batch(64)\n"
             "ds, bs = npu.distribute.shard_and_rebatch_dataset(ds, 64)\n",
         ),
+        # Batched in one statement, sharded in the next.
+        Example(
+            "import os\n"
+            "ds = tf.data.Dataset.range(64)\n"
+            "ds = ds.shuffle(64).batch(16)\n"
+            "ds = ds.shard(int(os.getenv('RANK_SIZE', '1')), int(os.getenv('RANK_ID', '0')))\n",
+        ),
     ]
 
     def check(self, context) -> Iterable[Finding]:
-        return list(self._chained(context)) + list(self._rebatched_after_batch(context))
+        return list(self._chained(context)) + list(self._sharded_after_batch(context)) + list(
+            self._rebatched_after_batch(context)
+        )
+
+    def _sharded_after_batch(self, context) -> Iterator[Finding]:
+        """``ds = ds.batch(B)`` in one statement, ``ds = ds.shard(...)`` in a later one."""
+        for cell, facts, site in context.facts.calls("shard"):
+            root = _chain_root_name(site.receiver)
+            if root is None or _has_batch(site.receiver):
+                continue
+            batched = _batched_before(facts, root, site)
+            if batched is not None:
+                yield self.finding(
+                    cell, facts, site.node,
+                    f"shard after batch: {root} was batched at line {batched.lineno}, so ranks split whole "
+                    "batches of the global size; shard right after the source, then batch",
+                )
 
     def _chained(self, context) -> Iterator[Finding]:
         for cell, facts, site in context.facts.calls("shard"):
@@ -50,7 +73,7 @@ class ShardAfterBatch(Rule):
                 [replace(cell, facts, site.node, fixed)],
             )
 
-    def _rebatched_after_batch(self, context) -> Iterator[Finding]:
+    def _rebatched_after_batch(self, context) -> Iterator[Finding]:  # noqa: C901
         for cell, facts, site in context.facts.calls_to(K.SHARD_AND_REBATCH):
             dataset = site.argument(0, "dataset")
             if not isinstance(dataset, ast.Name):
@@ -70,3 +93,26 @@ class ShardAfterBatch(Rule):
                         "the per-rank size it returns",
                     )
                     break
+
+
+def _chain_root_name(node) -> "str | None":
+    while isinstance(node, (ast.Call, ast.Attribute)):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _has_batch(node) -> bool:
+    while isinstance(node, (ast.Call, ast.Attribute)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in K.BATCH_METHODS:
+            return True
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return False
+
+
+def _batched_before(facts, name: str, site):
+    """The last statement before ``site`` (same scope) that assigns ``name`` a batched pipeline."""
+    found = None
+    for assignment in facts.assignments.get(name, ()):
+        if assignment.function == site.function and assignment.stmt.lineno < site.node.lineno:
+            found = assignment.stmt if _has_batch(assignment.value) else None
+    return found

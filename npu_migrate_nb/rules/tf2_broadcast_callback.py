@@ -65,10 +65,11 @@ class TF2BroadcastCallback(Rule):
         return list(self._findings(context))
 
     def _findings(self, context) -> Iterator[Finding]:
-        callbacks = set(K.TF2_BROADCAST_CALLBACKS)
-        if not context.tf1:
-            callbacks.add("npu_bridge.NPUBroadcastGlobalVariablesCallback")
-        for cell, facts, site in context.facts.calls_to(*callbacks):
+        if context.tf1:
+            return
+        for cell, facts, site in context.facts.calls("NPUBroadcastGlobalVariablesCallback"):
+            if not context.facts.resolve(site.dotted).startswith(("npu_device.", "npu_bridge.")):
+                continue
             edits = self._edits(context, cell, facts, site)
             yield self.finding(
                 cell, facts, site.node,
