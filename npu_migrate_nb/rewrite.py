@@ -116,7 +116,7 @@ class _EditApplier(cst.CSTTransformer):
         if position is None:
             return updated_node
         key = _key(position)
-        if isinstance(original_node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+        if isinstance(original_node, (cst.SimpleStatementLine, cst.BaseCompoundStatement, cst.BaseSmallStatement)):
             self.statement_starts[id(updated_node)] = key[0]
         if isinstance(original_node, (cst.List, cst.Tuple)) and self.element_removals:
             updated_node = self._remove_elements(original_node, updated_node)
@@ -183,11 +183,13 @@ class _EditApplier(cst.CSTTransformer):
     def _edit_body(self, body: Sequence[cst.CSTNode]) -> List[cst.CSTNode]:
         result: List[cst.CSTNode] = []
         orphaned_lines: List[cst.EmptyLine] = []  # comments above a removed statement
-        for stmt in body:
+        statements = [part for line in body for part in self._split_at_edits(line)]
+        starts_here = {self.statement_starts.get(id(stmt)) for stmt in statements}
+        for stmt in statements:
             start = self.statement_starts.get(id(stmt))
             edits = self.statement_edits.get(start, []) if start is not None else []
             if not edits:
-                edits = self._edits_on_line(start)
+                edits = self._edits_on_line(start, starts_here)
             for edit in edits:
                 self.done.add(id(edit))
             if orphaned_lines:
@@ -203,12 +205,38 @@ class _EditApplier(cst.CSTTransformer):
             result.append(cst.SimpleStatementLine([cst.Pass()], leading_lines=orphaned_lines))
         return [stmt for item in result for stmt in (item if isinstance(item, list) else [item])]
 
-    def _edits_on_line(self, start) -> List[Edit]:
-        """ast and libcst may disagree on a statement's column (e.g. ``a = 1; b = 2``): match the line."""
+    def _split_at_edits(self, line: cst.CSTNode) -> List[cst.CSTNode]:
+        """``a = 1; b = f(a)`` with an insertion before ``b = ...`` becomes two lines, so that the
+        inserted code runs after ``a = 1``, as the edit means."""
+        if not isinstance(line, cst.SimpleStatementLine) or len(line.body) < 2:
+            return [line]
+        cuts = [
+            index for index, small in enumerate(line.body)
+            if index > 0 and self.statement_starts.get(id(small)) in self.statement_edits
+        ]
+        if not cuts:
+            return [line]
+        parts, bounds = [], [0] + cuts + [len(line.body)]
+        for number, (begin, end) in enumerate(zip(bounds, bounds[1:])):
+            smalls = list(line.body[begin:end])
+            start = self.statement_starts.get(id(smalls[0]))
+            smalls[-1] = smalls[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
+            part = cst.SimpleStatementLine(
+                smalls,
+                leading_lines=line.leading_lines if number == 0 else (),
+                trailing_whitespace=line.trailing_whitespace if end == len(line.body) else cst.TrailingWhitespace(),
+            )
+            self.statement_starts[id(part)] = start
+            parts.append(part)
+        return parts
+
+    def _edits_on_line(self, start, starts_here) -> List[Edit]:
+        """Edits aimed at a statement nested on this statement's first line (``if 1: stmt``, the
+        body of ``%time stmt``) apply to the whole line; edits another statement here owns do not."""
         if start is None:
             return []
-        for (line, _), edits in self.statement_edits.items():
-            if line == start[0] and not any(id(edit) in self.done for edit in edits):
+        for position, edits in self.statement_edits.items():
+            if position[0] == start[0] and position not in starts_here and not any(id(e) in self.done for e in edits):
                 return edits
         return []
 

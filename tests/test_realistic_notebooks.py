@@ -188,3 +188,19 @@ def test_tf2_callback_imported_from_its_module_is_the_defective_one():
     )
     codes = [f.code for f in analyze(notebook_from(text)).findings]
     assert "tf2-broadcast-callback" in codes and "missing-broadcast" not in codes
+
+
+def test_insertion_aimed_at_a_later_statement_of_a_line_splits_the_line():
+    text = (
+        "import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\n"
+        "xs = tf.zeros((64, 4)); ys = tf.zeros((64, 1)); ds = tf.data.Dataset.from_tensor_slices((xs, ys)).batch(32)  # data\n"
+        "# %%\nmodel.compile(optimizer='sgd', loss='mse')\nmodel.fit(ds)\n"
+    )
+    notebook = notebook_from(text)
+    fixed = joined(notebook, fix_notebook(notebook, analyze(notebook), {"missing-shard"}).sources).split("# %%")[0]
+    assert fixed.endswith(
+        "xs = tf.zeros((64, 4)); ys = tf.zeros((64, 1))\n"
+        "ds = tf.data.Dataset.from_tensor_slices((xs, ys))\n"
+        "ds, rank_batch_size = npu.distribute.shard_and_rebatch_dataset(ds, 32)\n"
+        "ds = ds.batch(rank_batch_size)  # data\n"
+    )
