@@ -80,6 +80,9 @@ def analyze(notebook: Notebook, options: Optional[Options] = None) -> Analysis:
     context = Context(facts, options)
     for rule in ALL_RULES:
         context.findings.extend(rule.check(context))
+    for finding in context.findings:
+        if finding.code == f"missing-{finding.step}":
+            context.steps[finding.step] = "missing"  # e.g. one of two training calls does not broadcast
     findings = sorted(unique(context.findings), key=sort_key)
     errors = [CellError(index, *cell.error) for index, cell in facts.unreadable]
     return Analysis(

@@ -204,3 +204,22 @@ def test_insertion_aimed_at_a_later_statement_of_a_line_splits_the_line():
         "ds, rank_batch_size = npu.distribute.shard_and_rebatch_dataset(ds, 32)\n"
         "ds = ds.batch(rank_batch_size)  # data\n"
     )
+
+
+def test_every_estimator_training_call_must_broadcast():
+    text = (
+        "from npu_bridge.npu_init import *\nimport tensorflow as tf\n"
+        "est = tf.estimator.Estimator(model_fn)\n"
+        "est.train(input_fn, hooks=(h1, h2))\n"
+        "est.train(input_fn, hooks=None, max_steps=10)\n"
+        "est.train(input_fn, hooks=npu_hooks_append(hooks_list=None), max_steps=20)\n"
+    )
+    analysis = analyze(notebook_from(text))
+    missing = [f.line for f in analysis.findings if f.code == "missing-broadcast"]
+    assert missing == [4, 5] and analysis.steps["broadcast"] == "missing"
+    assert [f.line for f in analysis.findings if f.code == "hooks-tuple"] == [6]
+    fixed = joined(notebook_from(text), fix_notebook(notebook_from(text), analysis).sources)
+    assert "est.train(input_fn, hooks=npu_hooks_append([h1, h2]))\n" in fixed
+    assert "est.train(input_fn, hooks=npu_hooks_append(), max_steps=10)\n" in fixed
+    assert "hooks=npu_hooks_append(hooks_list=[]), max_steps=20)" in fixed
+    assert analyze(notebook_from(fixed)).steps["broadcast"] == "present"

@@ -145,12 +145,14 @@ class MissingBroadcast(Rule):
     ]
 
     def check(self, context) -> Iterable[Finding]:
-        if context.steps["broadcast"] != "missing" or _horovod_broadcast(context):
+        if context.framework == "none" or _horovod_broadcast(context):
             return []
         findings: List[Finding] = []
-        tf2_callback = _uses_tf2_callback(context)
         if "estimator" in context.frameworks:
-            findings += self._estimator(context)
+            findings += self._estimator(context)  # per training call: each must broadcast
+        if context.steps["broadcast"] != "missing":
+            return findings
+        tf2_callback = _uses_tf2_callback(context)
         if "keras" in context.frameworks and not tf2_callback:
             findings += self._keras(context)  # else tf2-broadcast-callback puts the broadcast in its place
         if "custom-loop" in context.frameworks and not context.tf1:
@@ -163,10 +165,11 @@ class MissingBroadcast(Rule):
     def _estimator(self, context) -> Iterator[Finding]:
         estimators = _estimator_names(context)
         for cell, facts, site in context.facts.calls("train"):
-            if receiver_name(site) in estimators:
+            if estimators.get(receiver_name(site)) is False and not _hooks_broadcast(context, site):
                 yield self._hooks_finding(context, cell, facts, site, "the training call")
         for cell, facts, site in context.facts.calls_to(K.TRAIN_SPEC):
-            yield self._hooks_finding(context, cell, facts, site, "the TrainSpec")
+            if not _hooks_broadcast(context, site):
+                yield self._hooks_finding(context, cell, facts, site, "the TrainSpec")
 
     def _hooks_finding(self, context, cell, facts, site: CallSite, where: str) -> Finding:
         hooks = site.keyword("hooks")
@@ -285,13 +288,41 @@ def _add_callback(cell, facts: CellFacts, site: CallSite, callback: str, needs: 
                         callbacks=callbacks.value)
 
 
-def _estimator_names(context) -> set:
-    names = set()
+def _estimator_names(context) -> dict:
+    """Estimator variable -> whether it broadcasts by itself (NPUEstimator does, in TRAIN mode)."""
+    names = {}
     for _, _, site in context.facts.calls_to(*K.ESTIMATORS):
         target = _target_of(site)
         if target:
-            names.add(target)
+            names[target] = context.facts.resolve(site.dotted) == "npu_bridge.NPUEstimator"
     return names
+
+
+def _hooks_broadcast(context, site: CallSite) -> bool:
+    """Do this call's hooks include the broadcast (the hook, npu_hooks_append, or a list given it)?"""
+    hooks = site.keyword("hooks")
+    if hooks is None:
+        return False
+    if _mentions_broadcast(context, hooks.value):
+        return True
+    if isinstance(hooks.value, ast.Name):
+        name = hooks.value.id
+        for _, _, assignment in context.facts.assignments(name):
+            if _mentions_broadcast(context, assignment.value):
+                return True
+        for _, _, call in context.facts.calls("append", "extend", "insert"):
+            if call.dotted == f"{name}.{call.method}" and any(_mentions_broadcast(context, a) for a in call.node.args):
+                return True
+    return False
+
+
+def _mentions_broadcast(context, node: ast.AST) -> bool:
+    from ..facts import dotted_name
+
+    return any(
+        isinstance(child, ast.Call) and context.facts.resolve(dotted_name(child.func)) in K.BROADCAST_FORMS
+        for child in ast.walk(node)
+    )
 
 
 def _target_of(site: CallSite) -> Optional[str]:
@@ -306,6 +337,8 @@ def _target_of(site: CallSite) -> Optional[str]:
 def _hooks_append(cell, facts: CellFacts, site: CallSite, hooks: Optional[ast.expr]):
     if hooks is None:
         return add_argument(cell, facts, site.node, "hooks=npu_hooks_append()", [NEEDS_NPU_BRIDGE])
+    if isinstance(hooks, ast.Constant) and hooks.value is None:
+        return replace(cell, facts, hooks, "npu_hooks_append()", [NEEDS_NPU_BRIDGE])
     if isinstance(hooks, ast.Tuple):
         elements = ", ".join(facts.segment(element) for element in hooks.elts)
         return replace(cell, facts, hooks, f"npu_hooks_append([{elements}])", [NEEDS_NPU_BRIDGE])
@@ -319,6 +352,8 @@ def _append_hook(context, cell, facts: CellFacts, site: CallSite, hooks: Optiona
     hook = K.BROADCAST_HOOK_EXPR
     if hooks is None:
         return add_argument(cell, facts, site.node, f"hooks=[{hook}]", needs)
+    if isinstance(hooks, ast.Constant) and hooks.value is None:
+        return replace(cell, facts, hooks, f"[{hook}]", needs)
     if isinstance(hooks, (ast.List, ast.Tuple)):
         return append_element(cell, facts, hooks, hook, needs)
     if isinstance(hooks, ast.Name):
