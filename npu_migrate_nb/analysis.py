@@ -65,6 +65,7 @@ class Context:
         self.npu = facts.alias_for("npu_device") or "npu"
         self.tf = facts.alias_for("tensorflow") or facts.alias_for("tensorflow.compat.v1") or "tf"
         self.findings: List[Finding] = []  # filled rule by rule; later rules may read earlier ones
+        self.shard_fix_splits_batch = False  # set by missing-shard when its fix splits the global batch
 
     def uses(self, *qualified: str) -> bool:
         return next(self.facts.calls_to(*qualified), None) is not None

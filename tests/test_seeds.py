@@ -10,6 +10,8 @@ import os
 import tensorflow as tf
 from npu_bridge.npu_init import *
 rank_size = int(os.getenv('RANK_SIZE', '1'))
+def train_data_fn():
+  return tf.data.TFRecordDataset(files).map(parse).shuffle(1000).repeat().batch(64)
 # %%
 def cnn_model_fn(features,labels,mode):
   # build the network

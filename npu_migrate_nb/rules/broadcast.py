@@ -145,13 +145,13 @@ class MissingBroadcast(Rule):
     ]
 
     def check(self, context) -> Iterable[Finding]:
-        if context.framework == "none" or _horovod_broadcast(context):
+        if context.framework == "none":
             return []
         findings: List[Finding] = []
         if "estimator" in context.frameworks:
             findings += self._estimator(context)  # per training call: each must broadcast
-        if context.steps["broadcast"] != "missing":
-            return findings
+        if context.steps["broadcast"] != "missing" or _horovod_broadcast(context):
+            return findings  # a Horovod broadcast is converted by horovod-leftover
         tf2_callback = _uses_tf2_callback(context)
         if "keras" in context.frameworks and not tf2_callback:
             findings += self._keras(context)  # else tf2-broadcast-callback puts the broadcast in its place
@@ -319,10 +319,12 @@ def _hooks_broadcast(context, site: CallSite) -> bool:
 def _mentions_broadcast(context, node: ast.AST) -> bool:
     from ..facts import dotted_name
 
-    return any(
-        isinstance(child, ast.Call) and context.facts.resolve(dotted_name(child.func)) in K.BROADCAST_FORMS
-        for child in ast.walk(node)
-    )
+    for child in ast.walk(node):
+        if isinstance(child, ast.Call):
+            name = context.facts.resolve(dotted_name(child.func))
+            if name in K.BROADCAST_FORMS or (name.startswith("horovod.") and "Broadcast" in name):
+                return True
+    return False
 
 
 def _target_of(site: CallSite) -> Optional[str]:

@@ -7,7 +7,8 @@ from typing import Iterable, Iterator, List, Optional
 
 from .. import knowledge as K
 from ..findings import NEEDS_NPU_BRIDGE, NEEDS_NPU_DEVICE, NEEDS_OS, Edit, Finding
-from .base import Example, Rule, remove_statement, replace, replace_with
+from .base import Example, Rule, remove_statement, replace, replace_with, single_target
+from .tf2_broadcast_callback import broadcast_instead_of_callback
 
 
 class HorovodLeftover(Rule):
@@ -17,6 +18,20 @@ class HorovodLeftover(Rule):
 
     VALID = ["import tensorflow as tf\nx = tf.constant(1)\n"]
     INVALID = [
+        # TF2 Keras: Horovod's broadcast callback gives way to the adapter's broadcast; the tape to all_reduce.
+        Example(
+            "import tensorflow as tf\n"
+            "import horovod.tensorflow.keras as hvd\n"
+            "model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(4,))])\n"
+            "model.fit(ds, callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)])\n"
+            "tape = hvd.DistributedGradientTape(tape)\n",
+            "import tensorflow as tf\n"
+            "import npu_device as npu\n"
+            "npu.open().as_default()\n"
+            "model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(4,))])\n"
+            "npu.distribute.broadcast(model.trainable_variables)\n"
+            "model.fit(ds, callbacks=[])\n",
+        ),
         Example(
             "import tensorflow.compat.v1 as tf\n"
             "import horovod.tensorflow as hvd\n"
@@ -59,7 +74,7 @@ class HorovodLeftover(Rule):
                 continue  # fixed with the call around it
             edits = _replacement(context, cell, facts, site, name.split(".", 1)[1])
             what = f"hvd.{name.split('.', 1)[1]}"
-            advice = "replaced by the adapter's equivalent" if edits else "no adapter equivalent: remove it"
+            advice = "replaced by the adapter's equivalent" if edits else "no automatic replacement: port it by hand"
             yield self.finding(
                 cell, facts, site.node, f"Horovod call left in the script: {what} does not run on Ascend ({advice})",
                 edits or (),
@@ -98,8 +113,15 @@ def _replacement(context, cell, facts, site, api: str) -> Optional[List[Edit]]:
         return [replace_with(cell, facts, site.node, wrapper + "({optimizer})", [needs], optimizer=first)]
     if api == "BroadcastGlobalVariablesHook":
         return [replace(cell, facts, site.node, K.BROADCAST_HOOK_EXPR, [NEEDS_NPU_BRIDGE, NEEDS_OS])]
-    if api == "callbacks.BroadcastGlobalVariablesCallback" and context.tf1:
-        return [replace(cell, facts, site.node, "NPUBroadcastGlobalVariablesCallback(0)", [NEEDS_NPU_BRIDGE])]
+    if api == "callbacks.BroadcastGlobalVariablesCallback":
+        if context.tf1:
+            return [replace(cell, facts, site.node, "NPUBroadcastGlobalVariablesCallback(0)", [NEEDS_NPU_BRIDGE])]
+        return broadcast_instead_of_callback(context, cell, facts, site) or None
+    if api == "DistributedGradientTape" and isinstance(first, ast.Name):
+        # missing-allreduce puts npu.distribute.all_reduce after tape.gradient instead.
+        if single_target(site.stmt) == first.id and site.stmt.value is site.node:
+            return [remove_statement(cell, facts, site.stmt)]
+        return [replace(cell, facts, site.node, first.id)]
     if api == "broadcast_variables" and first is not None and not context.tf1:
         args = ", ".join(segment(a) for a in site.node.args)
         keywords = ", ".join(f"{k.arg}={segment(k.value)}" for k in site.node.keywords if k.arg == "root_rank")

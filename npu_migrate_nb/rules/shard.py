@@ -137,6 +137,8 @@ class MissingShard(Rule):
     # -- tf.data pipelines
     def _shard_pipeline(self, context, cell, facts: CellFacts, source: CallSite) -> Finding:
         batch = _batch_of(facts, source)
+        if context.facts.imports_module("horovod"):
+            batch = None  # Horovod's batch is per rank already: shard, keep the batch (and its step counts)
         edits = None
         if not context.tf1 and batch is not None:
             edits = _shard_and_rebatch(context, cell, facts, source, batch)
@@ -146,6 +148,7 @@ class MissingShard(Rule):
         else:
             how = "add npu.distribute.shard_and_rebatch_dataset before shuffle and batch"
         split = ", and split the global batch across ranks" if batch is not None else ""
+        context.shard_fix_splits_batch |= batch is not None
         return self.finding(
             cell, facts, source.node,
             f"every rank reads the same data: {how}{split}", edits,
@@ -168,6 +171,7 @@ class MissingShard(Rule):
                 yield self.finding(cell, facts, x, message + " (slice each input array; not done automatically here)")
                 continue
             scope = (cell, site.function)
+            context.shard_fix_splits_batch = True
             edits = _array_edits(cell, facts, site, arrays, define_rank=scope not in scopes_with_rank_line)
             scopes_with_rank_line.add(scope)
             yield self.finding(cell, facts, x, message, edits)

@@ -70,7 +70,7 @@ class TF2BroadcastCallback(Rule):
         for cell, facts, site in context.facts.calls("NPUBroadcastGlobalVariablesCallback"):
             if not context.facts.resolve(site.dotted).startswith(("npu_device.", "npu_bridge.")):
                 continue
-            edits = self._edits(context, cell, facts, site)
+            edits = broadcast_instead_of_callback(context, cell, facts, site)
             yield self.finding(
                 cell, facts, site.node,
                 "the TF2 NPUBroadcastGlobalVariablesCallback never broadcasts (a defect of the adapter): "
@@ -78,22 +78,25 @@ class TF2BroadcastCallback(Rule):
                 edits,
             )
 
-    def _edits(self, context, cell, facts, site):
-        fit = _fit_using(facts, site)
-        if fit is None:
-            return []
-        model = receiver_name(fit)
-        if not model_is_built_before_fit(context, model):
-            return [replace(cell, facts, site.node, first_batch_broadcast(context, model), [NEEDS_NPU_DEVICE])]
-        parent = _list_holding(site)
-        if parent is not None:
-            removal = remove_element(cell, facts, site.node)
-        elif site.argument_of is not None and site.argument_of.method == "append" and site.stmt.value is site.argument_of.node:
-            removal = remove_statement(cell, facts, site.stmt)
-        else:
-            return []
-        code = f"{context.npu}.distribute.broadcast({model}.trainable_variables)"
-        return [removal, insert_before(cell, facts, fit.stmt, code, [NEEDS_NPU_DEVICE])]
+
+def broadcast_instead_of_callback(context, cell, facts, site):
+    """Edits that replace a broadcast callback given to fit by a broadcast that works: before fit
+    when the model is built, else a callback that broadcasts after the first batch."""
+    fit = _fit_using(facts, site)
+    if fit is None:
+        return []
+    model = receiver_name(fit)
+    if not model_is_built_before_fit(context, model):
+        return [replace(cell, facts, site.node, first_batch_broadcast(context, model), [NEEDS_NPU_DEVICE])]
+    parent = _list_holding(site)
+    if parent is not None:
+        removal = remove_element(cell, facts, site.node)
+    elif site.argument_of is not None and site.argument_of.method == "append" and site.stmt.value is site.argument_of.node:
+        removal = remove_statement(cell, facts, site.stmt)
+    else:
+        return []
+    code = f"{context.npu}.distribute.broadcast({model}.trainable_variables)"
+    return [removal, insert_before(cell, facts, fit.stmt, code, [NEEDS_NPU_DEVICE])]
 
 
 def _fit_using(facts, site) -> Optional[object]:
