@@ -40,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser("run", help="execute the cells on N simulated ranks and check the steps")
     run.add_argument("path", metavar="PATH")
-    run.add_argument("-n", "--ranks", type=int, default=2, metavar="N", help="number of ranks (default 2)")
+    run.add_argument("-n", "--ranks", type=positive_int, default=2, metavar="N", help="number of ranks (default 2)")
     run.add_argument("--timeout", type=float, default=300.0, metavar="S", help="per-cell timeout in seconds")
     run.add_argument("--format", choices=("text", "json"), default="text")
     run.add_argument("--tf1", action="store_true", help="run in TensorFlow 1 compatibility mode")
@@ -50,10 +50,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
 def _add_analysis_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--ranks",
-        type=int,
+        type=positive_int,
         default=8,
         metavar="N",
         help="rank count to check literal batch sizes against (default 8, one Ascend server)",

@@ -43,10 +43,9 @@ def summary_lines(analysis: Analysis) -> List[str]:
 
 
 def text_report(analyses: Sequence[Analysis]) -> str:
-    blocks = []
-    for analysis in analyses:
-        blocks.append("\n".join(finding_lines(analysis) + summary_lines(analysis)))
-    return "\n\n".join(blocks) + "\n"
+    """Findings and steps of each Python notebook (a non-Python one is reported on stderr only)."""
+    blocks = ["\n".join(finding_lines(a) + summary_lines(a)) for a in analyses if a.python]
+    return "\n\n".join(blocks) + "\n" if blocks else ""
 
 
 def json_report(analyses: Sequence[Analysis]) -> str:

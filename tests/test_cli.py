@@ -139,3 +139,13 @@ def test_fix_field_reads_as_the_code_after_the_fix(tmp_path, capsys):
         "est.train(input_fn=train_input_fn,\n"
         "          steps=100, hooks=npu_hooks_append())  # train"
     )
+
+
+def test_rank_counts_below_one_are_usage_errors(capsys):
+    import pytest
+
+    for bad in ("0", "-2"):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["check", str(EXAMPLES / "keras_single_card.ipynb"), "--ranks", bad])
+        assert exit_info.value.code == 2
+        assert "must be at least 1" in capsys.readouterr().err

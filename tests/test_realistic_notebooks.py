@@ -223,3 +223,56 @@ def test_every_estimator_training_call_must_broadcast():
     assert "est.train(input_fn, hooks=npu_hooks_append(), max_steps=10)\n" in fixed
     assert "hooks=npu_hooks_append(hooks_list=[]), max_steps=20)" in fixed
     assert analyze(notebook_from(fixed)).steps["broadcast"] == "present"
+
+
+CTL_TUTORIAL = """\
+import tensorflow as tf
+strategy = tf.distribute.MirroredStrategy()
+def create_model():
+    return tf.keras.Sequential([tf.keras.layers.Conv2D(32, 3, activation='relu'), tf.keras.layers.Flatten(),
+                                tf.keras.layers.Dense(10)])
+with strategy.scope():
+    model = create_model()
+    optimizer = tf.keras.optimizers.Adam()
+# %%
+def train_step(inputs):
+    images, labels = inputs
+    with tf.GradientTape() as tape:
+        predictions = model(images, training=True)
+        loss = compute_loss(labels, predictions)
+    gradients = tape.gradient(loss, model.trainable_variables)
+    optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+    return loss
+
+@tf.function
+def distributed_train_step(dataset_inputs):
+    per_replica_losses = strategy.run(train_step, args=(dataset_inputs,))
+    return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica_losses, axis=None)
+# %%
+for epoch in range(EPOCHS):
+    for x in train_dist_dataset:
+        total_loss += distributed_train_step(x)
+"""
+
+
+def test_the_training_loop_is_found_through_strategy_run():
+    before, fixed, _ = fixed_and_reanalyzed(CTL_TUTORIAL)
+    broadcast = next(f for f in before.findings if f.code == "missing-broadcast")
+    assert broadcast.cell == 2 and broadcast.line == 1 and "model.build(input_shape)" in broadcast.message
+    assert "# %%\nnpu.distribute.broadcast(model.trainable_variables)\nfor epoch in range(EPOCHS):" in fixed
+
+
+def test_horovod_keeps_its_per_rank_batch_and_step_counts():
+    text = (
+        "import tensorflow as tf\nimport horovod.tensorflow.keras as hvd\nhvd.init()\n"
+        "dataset = tf.data.Dataset.from_tensor_slices((x, y)).repeat().shuffle(10000).batch(128)\n"
+        "model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(4,))])\n"
+        "model.compile(optimizer=hvd.DistributedOptimizer(tf.keras.optimizers.Adam(0.001 * hvd.size())), loss='mse')\n"
+        "model.fit(dataset, steps_per_epoch=500 // hvd.size(), callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)])\n"
+    )
+    _, fixed, after = fixed_and_reanalyzed(text)
+    assert ".shard(int(os.getenv('RANK_SIZE', '1')), int(os.getenv('RANK_ID', '0'))).repeat().shuffle(10000).batch(128)" in fixed
+    assert "steps_per_epoch=500 // int(os.getenv('RANK_SIZE', '1'))" in fixed
+    assert "horovod" not in fixed and "hvd" not in fixed
+    assert after.steps == {"broadcast": "present", "allreduce": "present", "shard": "present"}
+    assert after.problems == []

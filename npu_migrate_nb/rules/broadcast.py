@@ -241,17 +241,22 @@ class MissingBroadcast(Rule):
             if anchor is None:
                 yield self.finding(
                     cell, facts, site.node,
-                    "variables are not broadcast from rank 0: call "
-                    f"{code} once the model is built, before the training loop",
+                    "variables are not broadcast from rank 0, and the training loop was not found: call "
+                    f"{code} once the model is built (after model.build(...) or a first call if it is "
+                    "built lazily), before the loop",
                 )
                 continue
             a_cell, a_facts, a_stmt, where = anchor
             edit = (insert_after if where == "after" else insert_before)(
                 a_cell, a_facts, a_stmt, code, [NEEDS_NPU_DEVICE]
             )
+            lazily = "" if where == "after" else (
+                " before the training loop (if the model is built lazily, on its first call, build it "
+                "first with model.build(input_shape), or the broadcast finds no variables)"
+            )
             yield self.finding(
                 a_cell, a_facts, a_stmt,
-                f"variables are not broadcast from rank 0: ranks start from different weights; add {code}",
+                f"variables are not broadcast from rank 0: ranks start from different weights; add {code}{lazily}",
                 [edit],
             )
 
@@ -450,13 +455,31 @@ def _helper_returns_built_model(context, call: ast.Call) -> bool:
 
 
 def _training_loop(context, cell, facts, site: CallSite):
-    """The module-level statement that runs the training: the loop calling the step function."""
+    """The module-level statement that runs the training: the loop that (through up to a few
+    functions, such as ``strategy.run(train_step, ...)`` inside ``distributed_train_step``) calls
+    the function holding the gradient."""
     if site.function is None:
         return cell, facts, top_level_statement(facts, site.stmt)
-    for c_cell, c_facts, caller in context.facts.calls(site.function):
-        if caller.function is None:
-            return c_cell, c_facts, top_level_statement(c_facts, caller.stmt)
+    seen, frontier = {site.function}, [site.function]
+    for _ in range(4):
+        callers = []
+        for function in frontier:
+            for c_cell, c_facts, caller in _uses_of_function(context, function):
+                if caller.function is None:
+                    return c_cell, c_facts, top_level_statement(c_facts, caller.stmt)
+                if caller.function not in seen:
+                    seen.add(caller.function)
+                    callers.append(caller.function)
+        frontier = callers
     return None
+
+
+def _uses_of_function(context, name: str):
+    """Calls of ``name``, and calls that pass ``name`` on (``strategy.run(name, args=...)``)."""
+    for cell, facts in context.facts.cells_mentioning(name):
+        for site in facts.calls:
+            if site.dotted == name or any(isinstance(arg, ast.Name) and arg.id == name for arg in site.node.args):
+                yield cell, facts, site
 
 
 def _horovod_broadcast(context) -> bool:
