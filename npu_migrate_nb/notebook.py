@@ -172,7 +172,7 @@ def render(notebook: Notebook, new_sources: Mapping[int, str]) -> str:
         cell_json = dict(changed["cells"][index])
         cell_json["source"] = _source_in_layout(source, cell_json.get("source"))
         changed["cells"][index] = cell_json
-    _validate(changed, notebook.path)
+    _validate(changed, document, notebook.path)
     text = json.dumps(changed, indent=notebook.indent, ensure_ascii=False)
     return text + "\n" if notebook.trailing_newline else text
 
@@ -184,12 +184,17 @@ def _source_in_layout(source: str, original: Any) -> Any:
     return source
 
 
-def _validate(document: Dict[str, Any], path: str) -> None:
+def _validate(changed: Dict[str, Any], original: Dict[str, Any], path: str) -> None:
+    """Refuse to write a notebook that our change made invalid (one that came invalid stays as it was)."""
     import nbformat
 
     try:
-        nbformat.validate(document, version=4)
+        nbformat.validate(changed, version=4)
     except nbformat.ValidationError as error:
+        try:
+            nbformat.validate(original, version=4)
+        except nbformat.ValidationError:
+            return  # the input was already invalid in its own way; only cell sources changed
         raise InputError(path, f"refusing to write an invalid notebook: {error.message}") from None
 
 

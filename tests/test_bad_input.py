@@ -130,3 +130,21 @@ def test_atomic_write_leaves_the_target_untouched_when_writing_fails(tmp_path, m
         notebook.atomic_write(str(target), "new text")
     assert target.read_text() == "original"
     assert os.listdir(tmp_path) == ["nb.ipynb"]  # no temporary file left behind
+
+
+def test_fix_writes_a_notebook_that_was_already_invalid_in_its_own_way(tmp_path, capsys):
+    # A kernelspec without display_name fails nbformat's schema; fixing must not refuse over that.
+    document = {
+        "cells": [{"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+                   "source": "import tensorflow as tf\nds = tf.data.Dataset.range(8).batch(4)\n"
+                             "model.compile(optimizer='sgd', loss='mse')\nmodel.fit(ds)\n"}],
+        "metadata": {"kernelspec": {"name": "python3", "language": "python"}},
+        "nbformat": 4, "nbformat_minor": 5,
+    }
+    path, out_path = tmp_path / "loose.ipynb", tmp_path / "fixed.ipynb"
+    path.write_text(json.dumps(document))
+    code, _, err = run(["fix", str(path), "-o", str(out_path)], capsys)
+    assert code == 0, err
+    fixed = json.loads(out_path.read_text())
+    assert "shard_and_rebatch_dataset" in fixed["cells"][0]["source"]
+    assert fixed["metadata"] == document["metadata"]

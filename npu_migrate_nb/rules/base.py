@@ -98,12 +98,32 @@ def fix_text(facts: CellFacts, edits: Sequence[Edit]) -> str:
 
 
 def _statement_at(facts: CellFacts, position) -> Optional[ast.stmt]:
-    """The innermost simple statement (or compound header) that starts at or contains ``position``."""
-    best = None
-    for node in ast.walk(facts.tree):
-        if isinstance(node, ast.stmt) and facts.start(node) <= position <= facts.end(node):
-            best = node
+    """The innermost statement that contains ``position`` (descending through blocks, not walking)."""
+    best, body = None, facts.tree.body
+    while body:
+        line = position[0]
+        found = next(
+            (
+                stmt for stmt in body
+                if stmt.lineno <= line <= stmt.end_lineno and facts.start(stmt) <= position <= facts.end(stmt)
+            ),
+            None,
+        )
+        if found is None:
+            return best
+        best, body = found, _nested_statements(found)
     return best
+
+
+def _nested_statements(stmt: ast.stmt) -> List[ast.stmt]:
+    nested: List[ast.stmt] = []
+    for name in ("body", "orelse", "finalbody"):
+        value = getattr(stmt, name, None)
+        if isinstance(value, list):
+            nested += [item for item in value if isinstance(item, ast.stmt)]
+    for handler in getattr(stmt, "handlers", []) + getattr(stmt, "cases", []):
+        nested += handler.body
+    return nested
 
 
 def _rendered(facts: CellFacts, stmt: ast.stmt, edits: Sequence[Edit]) -> str:
