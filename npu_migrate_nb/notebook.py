@@ -186,16 +186,20 @@ def _source_in_layout(source: str, original: Any) -> Any:
 
 def _validate(changed: Dict[str, Any], original: Dict[str, Any], path: str) -> None:
     """Refuse to write a notebook that our change made invalid (one that came invalid stays as it was)."""
+    import warnings
+
     import nbformat
 
-    try:
-        nbformat.validate(changed, version=4)
-    except nbformat.ValidationError as error:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # e.g. missing cell ids: the input's own business, kept as it was
         try:
-            nbformat.validate(original, version=4)
-        except nbformat.ValidationError:
-            return  # the input was already invalid in its own way; only cell sources changed
-        raise InputError(path, f"refusing to write an invalid notebook: {error.message}") from None
+            nbformat.validate(changed, version=4)
+        except nbformat.ValidationError as error:
+            try:
+                nbformat.validate(original, version=4)
+            except nbformat.ValidationError:
+                return  # the input was already invalid in its own way; only cell sources changed
+            raise InputError(path, f"refusing to write an invalid notebook: {error.message}") from None
 
 
 def atomic_write(path: str, text: str) -> None:

@@ -136,7 +136,7 @@ def test_fix_writes_a_notebook_that_was_already_invalid_in_its_own_way(tmp_path,
     # A kernelspec without display_name fails nbformat's schema; fixing must not refuse over that.
     document = {
         "cells": [{"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
-                   "source": "import tensorflow as tf\nds = tf.data.Dataset.range(8).batch(4)\n"
+                   "source": "import tensorflow as tf\nds = tf.data.Dataset.range(64).batch(16)\n"
                              "model.compile(optimizer='sgd', loss='mse')\nmodel.fit(ds)\n"}],
         "metadata": {"kernelspec": {"name": "python3", "language": "python"}},
         "nbformat": 4, "nbformat_minor": 5,
