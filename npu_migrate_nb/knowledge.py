@@ -44,6 +44,11 @@ ESTIMATORS = frozenset(
     }
 )
 TRAIN_AND_EVALUATE = "tensorflow.estimator.train_and_evaluate"
+MONITORED_SESSION = "tensorflow.train.MonitoredTrainingSession"
+VARIABLE_INITIALIZERS = frozenset(
+    {"tensorflow.global_variables_initializer", "tensorflow.initializers.global_variables",
+     "tensorflow.initialize_all_variables"}
+)
 TRAIN_SPEC = "tensorflow.estimator.TrainSpec"
 
 # Keras model constructors whose variables exist as soon as they return.

@@ -41,7 +41,7 @@ def plan(analysis: Analysis, codes: Optional[Set[str]] = None) -> List[Edit]:
         needs |= needs_of_existing_code(context)
     setup = setup_plan(context, needs) if context is not None else None
     if setup is not None:
-        edits.append(setup[3])
+        edits.extend(setup[3])
     return edits
 
 

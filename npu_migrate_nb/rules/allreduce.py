@@ -56,8 +56,8 @@ class MissingAllreduce(Rule):
             "        return tf.estimator.EstimatorSpec(mode=mode, loss=loss, train_op=train_op)\n"
             "# %%\n"
             "estimator = tf.estimator.Estimator(model_fn=cnn_model_fn)\n",
-            "import tensorflow as tf\n"
             "from npu_bridge.npu_init import *\n"
+            "import tensorflow as tf\n"
             "# %%\n"
             "def cnn_model_fn(features, labels, mode):\n"
             "    loss = tf.reduce_mean(features)\n"
@@ -76,8 +76,8 @@ class MissingAllreduce(Rule):
             "def make_train_op(loss):\n"
             "    return tf.train.AdamOptimizer(1e-3).minimize(loss)\n"
             "estimator = tf.estimator.Estimator(model_fn=None)\n",
-            "import tensorflow.compat.v1 as tf\n"
             "from npu_bridge.npu_init import *\n"
+            "import tensorflow.compat.v1 as tf\n"
             "def make_train_op(loss):\n"
             "    return npu_distributed_optimizer_wrapper(tf.train.AdamOptimizer(1e-3)).minimize(loss)\n"
             "estimator = tf.estimator.Estimator(model_fn=None)\n",

@@ -52,8 +52,8 @@ class MissingBroadcast(Rule):
             "training_hooks = []\n"
             "training_hooks.append(hook)\n"
             "estimator.train(train_data_fn, max_steps=num_steps, hooks=training_hooks)\n",
-            "import tensorflow as tf\n"
             "from npu_bridge.npu_init import *\n"
+            "import tensorflow as tf\n"
             "# %%\n"
             "estimator = tf.estimator.Estimator(model_fn=cnn_model_fn)\n"
             "training_hooks = []\n"
@@ -65,8 +65,8 @@ class MissingBroadcast(Rule):
             "import tensorflow as tf\n"
             "est = tf.estimator.Estimator(model_fn=model_fn)\n"
             "est.train(input_fn=train_input_fn, steps=100)\n",
-            "import tensorflow as tf\n"
             "from npu_bridge.npu_init import *\n"
+            "import tensorflow as tf\n"
             "est = tf.estimator.Estimator(model_fn=model_fn)\n"
             "est.train(input_fn=train_input_fn, steps=100, hooks=npu_hooks_append())\n",
         ),
@@ -76,8 +76,8 @@ class MissingBroadcast(Rule):
             "est = tf.estimator.Estimator(model_fn=model_fn)\n"
             "train_spec = tf.estimator.TrainSpec(input_fn=train_fn, max_steps=1000, hooks=(logging_hook,))\n"
             "tf.estimator.train_and_evaluate(est, train_spec, eval_spec)\n",
-            "import tensorflow as tf\n"
             "from npu_bridge.npu_init import *\n"
+            "import tensorflow as tf\n"
             "est = tf.estimator.Estimator(model_fn=model_fn)\n"
             "train_spec = tf.estimator.TrainSpec(input_fn=train_fn, max_steps=1000, hooks=npu_hooks_append([logging_hook]))\n"
             "tf.estimator.train_and_evaluate(est, train_spec, eval_spec)\n",
@@ -100,14 +100,31 @@ class MissingBroadcast(Rule):
             "npu.distribute.broadcast(model.trainable_variables)\n"
             "model.fit(ds, epochs=2)\n",
         ),
+        # TF1 session loop: a broadcast run right after the variables are initialized.
+        Example(
+            "import tensorflow.compat.v1 as tf\n"
+            "train_op = tf.train.GradientDescentOptimizer(0.1).minimize(loss)\n"
+            "with tf.Session() as sess:\n"
+            "    sess.run(tf.global_variables_initializer())\n"
+            "    for _ in range(100):\n"
+            "        sess.run(train_op)\n",
+            "from npu_bridge.npu_init import *\n"
+            "import tensorflow.compat.v1 as tf\n"
+            "train_op = tf.train.GradientDescentOptimizer(0.1).minimize(loss)\n"
+            "with tf.Session() as sess:\n"
+            "    sess.run(tf.global_variables_initializer())\n"
+            "    sess.run(tf.group([tf.assign(var, hccl_ops.broadcast([var], 0)[0]) for var in tf.trainable_variables()]))\n"
+            "    for _ in range(100):\n"
+            "        sess.run(train_op)\n",
+        ),
         # TF1 Keras fit: the TF1 callback.
         Example(
             "import tensorflow.compat.v1 as tf\n"
             "model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(4,))])\n"
             "model.compile(optimizer=tf.train.AdamOptimizer(0.01), loss='mse')\n"
             "model.fit(x, y, callbacks=[tb])\n",
-            "import tensorflow.compat.v1 as tf\n"
             "from npu_bridge.npu_init import *\n"
+            "import tensorflow.compat.v1 as tf\n"
             "model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(4,))])\n"
             "model.compile(optimizer=tf.train.AdamOptimizer(0.01), loss='mse')\n"
             "model.fit(x, y, callbacks=[tb, NPUBroadcastGlobalVariablesCallback(0)])\n",
@@ -155,8 +172,8 @@ class MissingBroadcast(Rule):
         tf2_callback = _uses_tf2_callback(context)
         if "keras" in context.frameworks and not tf2_callback:
             findings += self._keras(context)  # else tf2-broadcast-callback puts the broadcast in its place
-        if "custom-loop" in context.frameworks and not context.tf1:
-            findings += self._custom_loop(context)
+        if "custom-loop" in context.frameworks:
+            findings += self._sessions(context) if context.tf1 else self._custom_loop(context)
         if findings or tf2_callback:
             return findings
         return self.unlocated(context, "variables are not broadcast from rank 0, and no place to broadcast them was recognized")
@@ -170,6 +187,27 @@ class MissingBroadcast(Rule):
         for cell, facts, site in context.facts.calls_to(K.TRAIN_SPEC):
             if not _hooks_broadcast(context, site):
                 yield self._hooks_finding(context, cell, facts, site, "the TrainSpec")
+
+    # -- TF1 sessions: the hook for MonitoredTrainingSession, a broadcast run after initialization
+    def _sessions(self, context) -> Iterator[Finding]:
+        for cell, facts, site in context.facts.calls_to(K.MONITORED_SESSION):
+            if not _hooks_broadcast(context, site):
+                yield self._hooks_finding(context, cell, facts, site, "the MonitoredTrainingSession")
+        for cell, facts, site in context.facts.calls("run"):
+            session = receiver_name(site)
+            if session is None or not site.node.args or not _is_variable_initialization(context, site.node.args[0]):
+                continue
+            tf = context.tf
+            code = (
+                f"{session}.run({tf}.group([{tf}.assign(var, hccl_ops.broadcast([var], 0)[0]) "
+                f"for var in {tf}.trainable_variables()]))"
+            )
+            yield self.finding(
+                cell, facts, site.node,
+                "variables are not broadcast from rank 0: ranks start from different weights; after "
+                "initializing them, run a broadcast of the trainable variables (hccl_ops.broadcast)",
+                [insert_after(cell, facts, site.stmt, code, [NEEDS_NPU_BRIDGE])],
+            )
 
     def _hooks_finding(self, context, cell, facts, site: CallSite, where: str) -> Finding:
         hooks = site.keyword("hooks")
@@ -281,6 +319,15 @@ def first_batch_broadcast(context, model: str) -> str:
 
 def model_is_built_before_fit(context, model: str) -> bool:
     return _statement_that_builds(context, model) is not None
+
+
+def _is_variable_initialization(context, node: ast.AST) -> bool:
+    from ..facts import dotted_name
+
+    return any(
+        isinstance(child, ast.Call) and context.facts.resolve(dotted_name(child.func)) in K.VARIABLE_INITIALIZERS
+        for child in ast.walk(node)
+    )
 
 
 def _add_callback(cell, facts: CellFacts, site: CallSite, callback: str, needs: str):

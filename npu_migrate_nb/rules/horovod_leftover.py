@@ -38,9 +38,9 @@ class HorovodLeftover(Rule):
             "hvd.init()\n"
             "opt = hvd.DistributedOptimizer(tf.train.AdamOptimizer(0.001 * hvd.size()))\n"
             "hooks = [hvd.BroadcastGlobalVariablesHook(0)]\n",
+            "from npu_bridge.npu_init import *\n"
             "import tensorflow.compat.v1 as tf\n"
             "import os\n"
-            "from npu_bridge.npu_init import *\n"
             "opt = npu_distributed_optimizer_wrapper(tf.train.AdamOptimizer(0.001 * int(os.getenv('RANK_SIZE', '1'))))\n"
             "hooks = [NPUBroadcastGlobalVariablesHook(0, int(os.getenv('RANK_ID', '0')))]\n",
         ),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ast
-from typing import AbstractSet, Iterable, List, Optional, Set, Tuple
+from typing import AbstractSet, Iterable, List, Optional, Set, Tuple  # noqa: F401
 
 from ..facts import NPU_BRIDGE_NAMES
 from ..findings import NEEDS_NPU_BRIDGE, NEEDS_NPU_DEVICE, NEEDS_OS, Edit, Finding
@@ -23,7 +23,7 @@ class MissingSetup(Rule):
         # Adapter names used without their import.
         Example(
             "import tensorflow as tf\nopt = npu_distributed_optimizer_wrapper(tf.train.AdamOptimizer())\n",
-            "import tensorflow as tf\nfrom npu_bridge.npu_init import *\n"
+            "from npu_bridge.npu_init import *\nimport tensorflow as tf\n"
             "opt = npu_distributed_optimizer_wrapper(tf.train.AdamOptimizer())\n",
         ),
         # npu_device imported but never opened: the distribute APIs would not be live.
@@ -39,14 +39,9 @@ class MissingSetup(Rule):
         planned = setup_plan(context, needs)
         if planned is None:
             return []
-        cell, facts, node, edit = planned
-        return [
-            self.finding(
-                cell, facts, node,
-                "the adapter's APIs are used without their setup: add " + " / ".join(edit.code.splitlines()),
-                [edit],
-            )
-        ]
+        cell, facts, node, edits = planned
+        added = " / ".join(line for edit in edits for line in edit.code.splitlines())
+        return [self.finding(cell, facts, node, "the adapter's APIs are used without their setup: add " + added, edits)]
 
 
 def needs_of_existing_code(context) -> Set[str]:
@@ -80,7 +75,7 @@ def setup_lines(context, needs: AbstractSet[str]) -> List[str]:
     if NEEDS_OS in needs and facts.aliases.get("os") != "os":
         lines.append("import os")
     if NEEDS_NPU_BRIDGE in needs and not _has_star_import(facts):
-        lines.append("from npu_bridge.npu_init import *")
+        lines.append(BRIDGE_STAR_IMPORT)
     if NEEDS_NPU_DEVICE in needs:
         if facts.alias_for("npu_device") is None:
             lines.append(f"import npu_device as {context.npu}")
@@ -89,7 +84,13 @@ def setup_lines(context, needs: AbstractSet[str]) -> List[str]:
     return lines
 
 
-def setup_plan(context, needs: AbstractSet[str]) -> Optional[Tuple[int, object, ast.AST, Edit]]:
+BRIDGE_STAR_IMPORT = "from npu_bridge.npu_init import *"
+
+
+def setup_plan(context, needs: AbstractSet[str]) -> Optional[Tuple[int, object, ast.AST, List[Edit]]]:
+    """The setup edits: the npu_bridge star import goes before the notebook's TensorFlow import (it
+    exports a ``tf`` of its own, which must not replace the notebook's ``tf``, e.g. compat.v1), the
+    rest after it."""
     lines = setup_lines(context, needs)
     if not lines:
         return None
@@ -98,9 +99,14 @@ def setup_plan(context, needs: AbstractSet[str]) -> Optional[Tuple[int, object, 
     if anchor is None:
         return None
     cell, facts, stmt, where = anchor
-    code = "\n".join(lines)
-    edit = (insert_after if where == "after" else insert_before)(cell, facts, stmt, code)
-    return cell, facts, stmt, edit
+    before = [line for line in lines if line == BRIDGE_STAR_IMPORT and where == "after"]
+    after = [line for line in lines if line not in before]
+    edits = []
+    if before:
+        edits.append(insert_before(cell, facts, stmt, "\n".join(before)))
+    if after:
+        edits.append((insert_after if where == "after" else insert_before)(cell, facts, stmt, "\n".join(after)))
+    return cell, facts, stmt, edits
 
 
 def _has_star_import(facts) -> bool:
