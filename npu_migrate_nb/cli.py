@@ -45,6 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--format", choices=("text", "json"), default="text")
     run.add_argument("--tf1", action="store_true", help="run in TensorFlow 1 compatibility mode")
     run.add_argument(
+        "--compare-single-card", action="store_true",
+        help="also run on one card and check that N ranks reach its weights (doubles the run time)",
+    )
+    run.add_argument(
         "--profile", metavar="NAME", help="use an existing ipyparallel profile (MPI, Slurm, SSH...)"
     )
     return parser

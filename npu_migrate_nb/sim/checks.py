@@ -141,17 +141,29 @@ def check_broadcast(records: Records, size: int) -> Check:
     cell = starts[0]["cell"]
     prints = {rank: start["fingerprint"] for rank, start in starts.items()}
     count = starts[0]["count"]
+    empty = [rank for rank, start in starts.items() if not start["count"]]
+    if empty:
+        return Check(
+            "broadcast",
+            NOT_OBSERVED,
+            f"training started with no trainable variables on rank(s) {','.join(map(str, empty))}"
+            f"{_where(starts[0])}: nothing to compare",
+            cell,
+        )
+    when = "when training started"
+    if starts[0].get("after_first_step"):
+        when = "after the first batch (the model built its variables on its first batch)"
     if len(set(prints.values())) == 1:
         return Check(
             "broadcast",
             PASS,
-            f"{count} trainable variables identical on all {size} ranks when training started{_where(starts[0])}",
+            f"{count} trainable variables identical on all {size} ranks {when}{_where(starts[0])}",
             cell,
         )
     return Check(
         "broadcast",
         FAIL,
-        f"trainable variables differ across ranks when training started{_where(starts[0])}: "
+        f"trainable variables differ across ranks {when}{_where(starts[0])}: "
         f"{_groups(prints)}; {fix_for('broadcast', starts[0]['source'])}",
         cell,
     )
@@ -275,3 +287,138 @@ def check_shard(records: Records, size: int) -> Check:
             cell,
         )
     return Check("shard", PASS, f"each of the {size} ranks read a different first batch{_where(first)}", cell)
+
+
+# ---------------------------------------------------------------------------- single-card math
+
+SINGLE_CARD = "single_card_math"
+# Largest difference between an N-rank run's final weights and one card's, as a share of the
+# change training made to them: summing the order of float additions differently stays far
+# below it; a wrong reduction is off by a factor of N.
+SINGLE_CARD_RTOL = 1e-3
+
+
+def _rows_union(inputs: Dict[int, dict]):
+    from collections import Counter
+
+    union: Counter = Counter()
+    for record in inputs.values():
+        union.update(record["rows"])
+    return union
+
+
+def _flat(samples: List[np.ndarray]) -> np.ndarray:
+    arrays = [np.asarray(a, dtype=np.float64).reshape(-1) for a in samples]
+    return np.concatenate(arrays) if arrays else np.zeros(0)
+
+
+def check_single_card(records: Records, size: int, single: Optional[List[dict]]) -> Check:
+    """Does the N-rank run reach the weights one card reaches at the same global batch?
+
+    ``single``: the records of the same notebook run on one rank (RANK_SIZE=1) seeded like rank 0,
+    so that it starts from rank 0's initial weights. Comparable only when the ranks' first batches
+    together are exactly the single card's first batch (as multisets of rows).
+    """
+    name = SINGLE_CARD
+    if size < 2:
+        return Check(name, NOT_OBSERVED, "one rank: nothing to compare")
+    if single is None:
+        return Check(name, NOT_OBSERVED, "the single-card run did not complete")
+    missing = _missing(records, size, first_start)
+    if missing or first_start(single) is None:
+        where = f"rank(s) {','.join(map(str, missing))}" if missing else "the single-card run"
+        return Check(name, NOT_OBSERVED, f"no training step seen on {where}")
+    starts = {rank: first_start(records[rank]) for rank in range(size)}
+    ends = {rank: last_end(records[rank], starts[rank]) for rank in range(size)}
+    start1 = first_start(single)
+    end1 = last_end(single, start1)
+    if any(end is None for end in ends.values()) or end1 is None:
+        return Check(name, NOT_OBSERVED, "no complete training (start and end weights) seen in both runs")
+    cell = ends[0]["cell"]
+    where = _where(starts[0])
+    shapes = [np.asarray(a).shape for a in start1["samples"]]
+    for record in list(starts.values()) + list(ends.values()) + [end1]:
+        if [np.asarray(a).shape for a in record["samples"]] != shapes:
+            return Check(name, NOT_OBSERVED, f"the runs trained different variables{where}", cell)
+    if not any(int(np.prod(shape)) for shape in shapes):
+        return Check(name, NOT_OBSERVED, f"no trainable variables{where}", cell)
+
+    # Same data: the ranks' first batches, together, are the single card's first batch.
+    inputs = {rank: training_input(records.get(rank, [])) for rank in range(size)}
+    input1 = training_input(single)
+    if any(r is None or r.get("rows") is None for r in list(inputs.values()) + [input1]):
+        return Check(name, NOT_OBSERVED, f"the rows of the first batches were not observed{where} "
+                     "(watched: datasets iterated eagerly or given to fit/Estimator, fit arrays with shuffle=False)",
+                     cell)
+    if any(r.get("deterministic") is False for r in list(inputs.values()) + [input1]):
+        return Check(name, NOT_OBSERVED, f"the input pipeline gives a different first batch on each pass (a "
+                     f"shuffle){where}, so the two runs do not read the same batches; to compare, shard without "
+                     "shuffling, or shuffle before the shard with a seed and reshuffle_each_iteration=False", cell)
+    from collections import Counter
+
+    union, rows1 = _rows_union(inputs), Counter(input1["rows"])
+    if union != rows1:
+        shared = sum((union & rows1).values())
+        return Check(name, NOT_OBSERVED, f"the {size} ranks' first batches together ({sum(union.values())} rows) "
+                     f"are not the single card's first batch ({sum(rows1.values())} rows, {shared} in common){where}: "
+                     "the ranks do not split the single card's batches (a shuffle after the shard, or a per-rank "
+                     "batch that is not the global batch divided by the rank count), so the runs are not comparable",
+                     cell)
+
+    # Same start: rank 0's initial weights (the broadcast gives them to every rank).
+    start_n, start_1 = _flat(starts[0]["samples"]), _flat(start1["samples"])
+    weight_scale = float(np.max(np.abs(start_1))) if start_1.size else 0.0
+    if float(np.max(np.abs(start_n - start_1))) > 1e-6 * weight_scale + 1e-7:
+        reason = ("the first update ran before the weights were made equal (broadcast after the first batch)"
+                  if starts[0].get("after_first_step") or start1.get("after_first_step")
+                  else "its initialisation is not reproducible from the seeds")
+        return Check(name, NOT_OBSERVED, f"the single-card run did not start from rank 0's weights{where}: "
+                     f"{reason}", cell)
+
+    change1 = _flat(end1["samples"]) - start_1
+    scale = float(np.max(np.abs(change1))) if change1.size else 0.0
+    if scale == 0.0:
+        return Check(name, NOT_OBSERVED, f"training did not change the weights on one card{where}", cell)
+    worst_rank, worst = 0, 0.0
+    for rank in range(size):
+        difference = float(np.max(np.abs(_flat(ends[rank]["samples"]) - _flat(end1["samples"]))))
+        if difference > worst:
+            worst_rank, worst = rank, difference
+    relative = worst / scale
+    cells = f"cells {starts[0]['cell']}-{cell}" if starts[0]["cell"] != cell else f"cell {cell}"
+    if relative <= SINGLE_CARD_RTOL:
+        return Check(name, PASS, f"{size} ranks reached the weights one card reaches at the same global batch "
+                     f"({cells}, {starts[0]['source']}): largest difference {worst:.2g}, {relative:.1e} of the "
+                     "change training made", cell)
+    # How large the N-rank updates were against one card's: the first update alone when it was
+    # observed in both runs (exact for plain SGD), else the whole training (approximate).
+    step_n, step_1 = _first_step(records[0], starts[0]), _first_step(single, start1)
+    if step_n is not None and step_1 is not None and len(_flat(step_1["samples"])) == len(start_1):
+        change_n, change1 = _flat(step_n["samples"]) - start_n, _flat(step_1["samples"]) - start_1
+        which = "the first update was"
+    else:
+        change_n = _flat(ends[0]["samples"]) - start_n
+        which = "the updates were"
+    denominator = float(np.dot(change1, change1))
+    factor = float(np.dot(change_n, change1) / denominator) if denominator else float("nan")
+    return Check(name, FAIL, f"the {size}-rank run did not reproduce one card's training ({cells}, "
+                 f"{starts[0]['source']}): rank {worst_rank}'s weights differ from one card's by up to {worst:.3g} "
+                 f"({relative:.0%} of the change training made); {_reduction_hint(factor, size, which)}", cell)
+
+
+def _first_step(rank_records: List[dict], start: dict) -> Optional[dict]:
+    return next((r for r in rank_records if r["kind"] == "weights" and r["moment"] == "step1"
+                 and r["seq"] > start["seq"] and r["names"] == start["names"]), None)
+
+
+def _reduction_hint(factor: float, size: int, which: str = "the updates were") -> str:
+    """What the ratio between the N-rank updates and one card's says about the reduction."""
+    if abs(factor - 1.0 / size) <= 0.1 / size:
+        return (f"{which} 1/{size} of one card's: the gradients were averaged although the loss is already "
+                "divided by the global batch size; use all_reduce(grads, reduction=\"sum\")")
+    if abs(factor - size) <= 0.1 * size:
+        return (f"{which} {size} times one card's: the gradients were summed although each rank's loss is a "
+                "mean over its own batch; use reduction=\"mean\" (or divide the loss by the global batch)")
+    return (f"{which} {factor:.2f} times one card's: check the gradient reduction (\"mean\" for a loss "
+            "averaged over the rank's batch, \"sum\" for a loss divided by the global batch), the learning rate "
+            "and the number of steps")

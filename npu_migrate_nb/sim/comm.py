@@ -171,12 +171,13 @@ _completed = 0
 _sequence = 0
 _broken: Optional[str] = None
 _abort_reason: Optional[str] = None
+_mpi_lock = threading.Lock()
 
 
-def _worker_loop() -> None:
+def _run_job(job: _Job) -> None:
+    """Run one collective, keeping :func:`current_collective` up to date; MPI calls never overlap."""
     global _current, _current_since, _completed
-    while True:
-        job = _jobs.get()
+    with _mpi_lock:
         with _state_lock:
             _current = f"{job.kind} #{_sequence}"
             _current_since = time.monotonic()
@@ -189,6 +190,11 @@ def _worker_loop() -> None:
                 _current, _current_since = None, None
                 _completed += 1
             job.done.set()
+
+
+def _worker_loop() -> None:
+    while True:
+        _run_job(_jobs.get())
 
 
 def _ensure_worker() -> None:
@@ -206,8 +212,16 @@ def _submit(kind: str, detail: str, run: Callable[[], Any]) -> Any:
         raise CollectiveError(f"communicator unusable: {_broken}; restart the ranks")
     if _abort_reason:
         raise CollectiveAborted(_abort_reason)
-    _ensure_worker()
     job = _Job(kind, detail, run)
+    if threading.current_thread() is not threading.main_thread():
+        # A TensorFlow executor thread (tf.function, TF1 session): no signal is ever delivered
+        # there, so the hand-off to the MPI thread would buy no interruptibility, only two thread
+        # switches per step. Run it here.
+        _run_job(job)
+        if job.error is not None:
+            raise job.error
+        return job.result
+    _ensure_worker()
     _jobs.put(job)
     try:
         while not job.done.wait(_WAIT_SLICE_S):

@@ -53,6 +53,23 @@ def prepare_rank(rank: int, size: int, settings: dict) -> None:
         start_collective_watcher(os.path.join(state_dir, f"rank-{rank}.collective"))
 
 
+def reseed_rank(base_seed: int) -> int:
+    """Seed Python, numpy and TensorFlow as at rank start (base seed + RANK_ID); returns the seed.
+
+    Called before each notebook run, so that a notebook run twice in one cluster, or once more on a
+    fresh single-card cluster, draws the same initial weights on rank 0."""
+    seed = int(base_seed) + int(os.environ.get("RANK_ID", "0"))
+    random.seed(seed)
+    _seed_numpy(seed)
+    tf = sys.modules.get("tensorflow")
+    if tf is not None:
+        try:
+            tf.random.set_seed(seed)
+        except AttributeError:  # TF1 mode: tensorflow is tf.compat.v1
+            tf.set_random_seed(seed)
+    return seed
+
+
 def _enable_simulated_adapter() -> None:
     try:
         from .adapter import enable
@@ -80,7 +97,7 @@ def _import_tensorflow(seed: int, tf1: bool) -> None:
         enter_tf1_mode()
     from . import probes
 
-    probes.install()
+    probes.install(seed)
 
 
 def _share_cores(tf, ranks: int) -> None:

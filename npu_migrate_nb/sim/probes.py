@@ -3,8 +3,10 @@ fingerprints tensors.
 
 Installed in every rank before user code (:func:`install`). What it watches:
 
-* Keras ``Model.fit``: a probe callback appended LAST, so it runs after any broadcast callback.
-  ``on_train_batch_begin`` of the first batch sees the weights training starts from;
+* Keras ``Model.fit``: a probe callback appended LAST, so it runs after any broadcast callback,
+  with no per-batch hooks (they would cost every step). The first call of ``train_function``
+  (right after every callback's first ``on_train_batch_begin``) sees the weights training starts
+  from, or its second call for a model that builds its variables on the first batch;
   ``on_train_end`` sees the final ones. The input is the first element of a fresh iteration of
   the dataset ``x`` (twice, to tell a deterministic pipeline from a random one) or the arrays given.
 * ``Estimator.train``: a ``SessionRunHook`` appended last. Its first ``before_run`` reads the
@@ -41,6 +43,7 @@ _sequence = itertools.count()
 _state = threading.local()
 _cell: Optional[int] = None
 _installed = False
+_rank_seed: Optional[int] = None
 
 
 # ------------------------------------------------------------------------------- runner side API
@@ -111,8 +114,13 @@ def _record(kind: str, source: str, **fields) -> None:
     _records.append(fields)
 
 
-def record_weights(moment: str, source: str, names: List[str], arrays: List[np.ndarray]) -> None:
-    """``moment`` is "start" (training starts from these) or "end" (training left these)."""
+def record_weights(moment: str, source: str, names: List[str], arrays: List[np.ndarray], **extra) -> None:
+    """``moment`` is "start" (training starts from these), "end" (training left these) or "step1"
+    (after the first update, when observed).
+
+    ``extra``: ``after_first_step=True`` when the start could only be read after the first update
+    (a Keras model that builds its variables on its first batch).
+    """
     arrays = [np.asarray(a) for a in arrays]
     _record(
         "weights",
@@ -122,14 +130,50 @@ def record_weights(moment: str, source: str, names: List[str], arrays: List[np.n
         fingerprint=fingerprint(arrays),
         samples=[sample(a) for a in arrays],
         count=len(arrays),
+        **extra,
     )
 
 
-def record_input(source: str, first: Any, again: Any = None, sharded: Optional[bool] = None) -> None:
-    """The first batch a rank reads; ``again`` is the first batch of a second fresh iteration."""
+# Batches larger than this are not split into per-row digests.
+MAX_ROWS = 65536
+
+
+def row_digests(batch: Any) -> Optional[List[str]]:
+    """One short digest per row (first dimension) of a batch, across all its components, sorted:
+    the rows as a multiset, so that the ranks' first batches can be compared with one card's.
+    None when the components do not share a first dimension."""
+    try:
+        arrays = [_as_numpy(value) for value in _flatten(batch)]
+    except Exception:
+        return None
+    if not arrays or any(a.ndim == 0 for a in arrays):
+        return None
+    rows = arrays[0].shape[0]
+    if rows > MAX_ROWS or any(a.shape[0] != rows for a in arrays):
+        return None
+    digests = []
+    for index in range(rows):
+        digest = hashlib.sha1()
+        for array in arrays:
+            row = array[index]
+            if array.dtype == object:
+                digest.update(repr(np.asarray(row).tolist()).encode())
+            else:
+                digest.update(np.ascontiguousarray(row).tobytes())
+        digests.append(digest.hexdigest()[:16])
+    return sorted(digests)
+
+
+def record_input(source: str, first: Any, again: Any = None, sharded: Optional[bool] = None,
+                 rows: Any = "first") -> None:
+    """The first batch a rank reads; ``again`` is the first batch of a second fresh iteration.
+
+    ``rows``: the batch whose rows are digested for the single-card comparison ("first": ``first``;
+    None: not known, e.g. arrays that fit shuffles)."""
     first_print = fingerprint(first)
     deterministic = None if again is None else fingerprint(again) == first_print
-    _record("input", source, fingerprint=first_print, deterministic=deterministic, sharded=sharded)
+    digests = row_digests(first if isinstance(rows, str) and rows == "first" else rows) if rows is not None else None
+    _record("input", source, fingerprint=first_print, deterministic=deterministic, sharded=sharded, rows=digests)
 
 
 def _busy() -> bool:
@@ -166,7 +210,7 @@ def record_dataset_input(source: str, dataset) -> None:
     record_input(source, first, again, sharded=_dataset_is_sharded(dataset))
 
 
-def _record_fit_input(x, y, batch_size) -> None:
+def _record_fit_input(x, y, batch_size, shuffle=True) -> None:
     import tensorflow as tf
 
     if isinstance(x, tf.data.Dataset):
@@ -176,8 +220,11 @@ def _record_fit_input(x, y, batch_size) -> None:
     if x is None or inspect.isgenerator(x) or isinstance(x, tf.keras.utils.Sequence):
         return
     # fit shuffles arrays on every rank differently: the rank's whole data is the honest fingerprint.
+    # Without shuffling, the first batch is the first batch_size rows (Keras' default 32).
+    data = [x, y] if y is not None else [x]
     try:
-        record_input("keras fit arrays", [x, y] if y is not None else [x], [x, y] if y is not None else [x])
+        rows = None if shuffle else tf.nest.map_structure(lambda a: a[: batch_size or 32], data)
+        record_input("keras fit arrays", data, data, rows=rows)
     except Exception:
         return
 
@@ -186,33 +233,77 @@ def _record_fit_input(x, y, batch_size) -> None:
 
 
 def _make_fit_callback(model):
+    """The probe of one ``fit`` call. No batch hooks: a callback that has them makes Keras call
+    every callback and convert the logs at every step. The weights training starts from are read
+    by a one-off wrapper of ``model.train_function`` instead: its first call comes right after every
+    callback's first ``on_train_batch_begin`` (where a broadcast callback acts). A model that builds
+    its variables on its first batch has none then: its start is read at the second call, i.e.
+    after every callback's first ``on_train_batch_end`` (where the fix broadcasts such models)."""
     import tensorflow as tf
 
     class ProbeCallback(tf.keras.callbacks.Callback):
-        """Appended last: sees the weights after every other callback's first on_train_batch_begin."""
-
         def __init__(self):
             super().__init__()
+            self._supports_tf_logs = True  # never makes Keras convert logs for us
             self._started = False
+            self._original = None
+            self._wrapper = None
 
-        def on_train_batch_begin(self, batch, logs=None):
-            if not self._started:
-                self._started = True
-                _record_model_weights("start", model)
+        def on_train_begin(self, logs=None):
+            original = getattr(model, "train_function", None)
+            if original is None or self._started:
+                return
+            calls = [0]
+
+            def train_function(*args, **kwargs):
+                calls[0] += 1
+                if calls[0] == 1:
+                    if _model_has_variables(model):
+                        self._start(after_first_step=False)
+                elif self._started:  # the first update's result: how large one update was
+                    _record_model_weights("step1", model)
+                    self.detach()
+                else:
+                    self._start(after_first_step=True)
+                    self.detach()
+                return original(*args, **kwargs)
+
+            self._original, self._wrapper = original, train_function
+            model.train_function = train_function
+
+        def _start(self, after_first_step):
+            self._started = True
+            _record_model_weights("start", model, after_first_step=after_first_step)
+
+        def detach(self):
+            """Give the model its own train_function back (fit looks it up at every step)."""
+            if self._wrapper is not None and model.__dict__.get("train_function") is self._wrapper:
+                model.train_function = self._original
+            self._original = self._wrapper = None
 
         def on_train_end(self, logs=None):
+            self.detach()
             if self._started:
                 _record_model_weights("end", model)
 
     return ProbeCallback()
 
 
-def _record_model_weights(moment: str, model) -> None:
+def _model_has_variables(model) -> bool:
+    try:
+        return bool(model.trainable_variables)
+    except Exception:
+        return False
+
+
+def _record_model_weights(moment: str, model, **extra) -> None:
     import tensorflow as tf
 
     variables = list(model.trainable_variables)
     values = tf.keras.backend.batch_get_value(variables)
-    record_weights(moment, "keras fit", [v.name for v in variables], values)
+    if moment == "start" and extra.get("after_first_step") is False:
+        extra = {}
+    record_weights(moment, "keras fit", [v.name for v in variables], values, **extra)
 
 
 def _wrap_fit(original):
@@ -224,11 +315,16 @@ def _wrap_fit(original):
             return original(self, *args, **kwargs)
         bound = signature.bind(self, *args, **kwargs)
         arguments = bound.arguments
-        _record_fit_input(arguments.get("x"), arguments.get("y"), arguments.get("batch_size"))
+        _record_fit_input(arguments.get("x"), arguments.get("y"), arguments.get("batch_size"),
+                          arguments.get("shuffle", True))
         callbacks = arguments.get("callbacks")
-        arguments["callbacks"] = list(callbacks or []) + [_make_fit_callback(self)]
-        with _Busy():
-            return original(*bound.args, **bound.kwargs)
+        probe = _make_fit_callback(self)
+        arguments["callbacks"] = list(callbacks or []) + [probe]
+        try:
+            with _Busy():
+                return original(*bound.args, **bound.kwargs)
+        finally:
+            probe.detach()  # fit raised before on_train_end: never leave the wrapper in the model
 
     fit._npu_probe = True
     return fit
@@ -327,8 +423,19 @@ def _wrap_estimator_train(original):
         arguments["input_fn"] = _wrap_input_fn(arguments["input_fn"], box)
         hooks = arguments.get("hooks")
         arguments["hooks"] = list(hooks or []) + [_make_estimator_hook(box)]
-        with _Busy():
-            return original(*bound.args, **bound.kwargs)
+        # An Estimator builds its graph with config.tf_random_seed: unset, its initial weights come
+        # from the clock. Give it the rank's seed (still different per rank, as on real cards, but
+        # reproducible, so a single-card run starts where rank 0 did).
+        config = getattr(self, "_config", None)
+        seeded = _rank_seed is not None and config is not None and getattr(config, "tf_random_seed", 0) is None
+        if seeded:
+            self._config = config.replace(tf_random_seed=_rank_seed)
+        try:
+            with _Busy():
+                return original(*bound.args, **bound.kwargs)
+        finally:
+            if seeded:
+                self._config = config
 
     train._npu_probe = True
     return train
@@ -342,6 +449,7 @@ class _LoopTracker:
 
     def __init__(self):
         self._started = False
+        self._steps = 0
         self._latest_variables: list = []
         self._latest_arrays: Optional[List[np.ndarray]] = None
         self._dirty = False
@@ -350,11 +458,15 @@ class _LoopTracker:
         self.__init__()
 
     def on_step(self, variables, arrays) -> None:
-        """Called before every update; the first call is the start of training."""
+        """Called before every update; the first call is the start of training, the second one
+        sees the first update's result ("step1": how large one update was)."""
         self._dirty = True
+        self._steps += 1
         if not self._started:
             self._started = True
             record_weights("start", "optimizer step", [v.name for v in variables], arrays)
+        elif self._steps == 2:
+            record_weights("step1", "optimizer step", [v.name for v in variables], arrays)
         self._latest_variables, self._latest_arrays = list(variables), arrays
 
     def record_end_values(self) -> None:
@@ -421,9 +533,12 @@ def _patch(owner, name: str, wrapper) -> None:
     setattr(owner, name, wrapper(original))
 
 
-def install() -> None:
-    """Patch the observation points; idempotent. Needs TensorFlow importable."""
-    global _installed
+def install(seed: Optional[int] = None) -> None:
+    """Patch the observation points; idempotent. Needs TensorFlow importable. ``seed``: the rank's
+    seed, given to Estimators that have none."""
+    global _installed, _rank_seed
+    if seed is not None:
+        _rank_seed = seed
     if _installed:
         return
     import tensorflow as tf

@@ -15,6 +15,7 @@ After the cells, the probes' records from every rank are judged by :mod:`.checks
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -71,6 +72,8 @@ class RunResult:
     checks: Dict[str, checks_module.Check]
     elapsed_s: float
     tf1: bool = False
+    # Whether N ranks reach one card's weights (``--compare-single-card``); None: not run.
+    single_card: Optional[checks_module.Check] = None
 
     @property
     def cells_ok(self) -> bool:
@@ -82,14 +85,19 @@ class RunResult:
 
     @property
     def ok(self) -> bool:
-        return self.cells_ok and all(c.status != checks_module.FAIL for c in self.checks.values())
+        judged = list(self.checks.values()) + ([self.single_card] if self.single_card else [])
+        return self.cells_ok and all(c.status != checks_module.FAIL for c in judged)
 
     def to_json(self) -> dict:
+        details = {name: check.to_json() for name, check in self.checks.items()}
+        if self.single_card is not None:
+            details[checks_module.SINGLE_CARD] = self.single_card.to_json()
         return {
             "ok": self.ok,
             "ranks": self.ranks,
             "checks": {name: check.status for name, check in self.checks.items()},
-            "check_details": {name: check.to_json() for name, check in self.checks.items()},
+            checks_module.SINGLE_CARD: self.single_card.status if self.single_card else "skipped",
+            "check_details": details,
             "cells": [cell.to_json() for cell in self.cells],
             "elapsed_s": round(self.elapsed_s, 3),
             "tf1": self.tf1,
@@ -119,28 +127,70 @@ class Runner:
 
     # --------------------------------------------------------------------------- notebooks
 
-    def run_notebook(self, notebook: Notebook) -> RunResult:
+    def run_notebook(self, notebook: Notebook, compare_single_card: bool = False) -> RunResult:
+        """Run every cell on every rank and judge the checks; with ``compare_single_card``, then run
+        the notebook on one card too and judge whether the N ranks reproduced its math."""
         started = time.monotonic()
         self._reset_probes()
         self._enter_directory(os.path.dirname(os.path.abspath(notebook.path)))
         outcomes = [self.run_cell(cell.index, cell.source, cell.cell_type) for cell in notebook.cells]
-        return RunResult(
+        result = RunResult(
             ranks=self.cluster.n,
             cells=outcomes,
             checks=self.evaluate_checks(),
             elapsed_s=time.monotonic() - started,
             tf1=self.cluster.tf1,
         )
+        if compare_single_card:
+            result.single_card = self.compare_single_card(notebook, result)
+            result.elapsed_s = time.monotonic() - started
+        return result
+
+    def compare_single_card(self, notebook: Notebook, result: Optional[RunResult] = None) -> checks_module.Check:
+        """Run ``notebook`` on one rank (RANK_SIZE=1, seeded like rank 0, so it starts from rank 0's
+        initial weights) and compare its training with this cluster's."""
+        name = checks_module.SINGLE_CARD
+        if self.cluster.n < 2:
+            return checks_module.Check(name, checks_module.NOT_OBSERVED, "one rank: nothing to compare")
+        if result is not None and not result.cells_ok:
+            return checks_module.Check(name, checks_module.NOT_OBSERVED,
+                                       f"not run: the {self.cluster.n}-rank run did not complete")
+        print(f"single-card run for comparison (1 rank, seeded like rank 0)...", file=self.errors)
+        self.errors.flush()
+        captured = io.StringIO()
+        single = Cluster(n=1, tf1=self.cluster.tf1, seed=self.cluster.seed,
+                         startup_timeout=self.cluster.startup_timeout)
+        try:
+            try:
+                single.start()
+            except ClusterError as error:
+                return checks_module.Check(name, checks_module.NOT_OBSERVED,
+                                           f"the single-card run could not start: {error}")
+            reference = Runner(single, timeout=self.timeout, echo=captured, errors=captured)
+            reference_result = reference.run_notebook(notebook)
+        finally:
+            single.stop()
+        failed = [cell for cell in reference_result.cells if cell.status in ("error", "timeout")]
+        if failed:
+            self.errors.write(prefix_lines(captured.getvalue(), "[single card] "))
+            return checks_module.Check(name, checks_module.NOT_OBSERVED,
+                                       f"the single-card run failed at cell {failed[0].cell} ({failed[0].status})",
+                                       failed[0].cell)
+        return checks_module.check_single_card(self.records, self.cluster.n, reference.records.get(0, []))
 
     def evaluate_checks(self) -> Dict[str, checks_module.Check]:
         return checks_module.evaluate(self.records, self.cluster.n)
 
     def _reset_probes(self) -> None:
-        from . import probes
+        from . import engine, probes
 
         self.records = {rank: [] for rank in range(self.cluster.n)}
         try:
             self.cluster.view.apply_sync(probes.reset)
+        except Exception:
+            pass
+        try:  # a notebook run starts from the rank's seeds, however many ran before in this cluster
+            self.cluster.view.apply_sync(engine.reseed_rank, self.cluster.seed)
         except Exception:
             pass
 
@@ -444,7 +494,11 @@ def run_command(args) -> int:
             print(f"npu-migrate-nb run: the cluster could not start: {error}", file=sys.stderr)
             return EXIT_INPUT
         echo = sys.stderr if json_output else sys.stdout
-        result = Runner(cluster, timeout=args.timeout, echo=echo, errors=sys.stderr).run_notebook(notebook)
+        runner = Runner(cluster, timeout=args.timeout, echo=echo, errors=sys.stderr)
+        result = runner.run_notebook(notebook)
+        cluster.stop()  # the ranks' cores go to the single-card run
+        if getattr(args, "compare_single_card", False):
+            result.single_card = runner.compare_single_card(notebook, result)
     finally:
         cluster.stop()
     result.elapsed_s = time.monotonic() - started  # the whole run, cluster start and stop included
@@ -463,6 +517,11 @@ def render_text(result: RunResult) -> str:
     lines.append("checks:")
     for name, check in result.checks.items():
         lines.append(f"  {name:<10} {check.status:<13} {check.detail}")
+    if result.single_card is not None:
+        lines.append(f"single-card math: {result.single_card.status:<13} {result.single_card.detail}")
+    else:
+        lines.append("single-card math: skipped (--compare-single-card runs the notebook on one card at the same "
+                     "global batch and compares the final weights)")
     verdict = "ok" if result.ok else "FAILED"
     lines.append(f"{verdict} in {result.elapsed_s:.1f} s")
     return "\n".join(lines)

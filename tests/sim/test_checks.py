@@ -83,3 +83,59 @@ def test_the_training_input_is_the_last_read_before_training_started():
 def test_estimator_fixes_name_the_tf1_api():
     records = {0: [weights("start", [1.0], 1, source="estimator")], 1: [weights("start", [2.0], 1, source="estimator")]}
     assert "NPUBroadcastGlobalVariablesHook" in checks.check_broadcast(records, 2).detail
+
+
+def test_zero_variables_is_never_a_broadcast_pass():
+    empty = {"kind": "weights", "moment": "start", "names": [], "fingerprint": "e", "samples": [], "count": 0,
+             "source": "keras fit", "cell": 2, "seq": 1}
+    check = checks.check_broadcast({0: [empty], 1: [dict(empty)]}, 2)
+    assert check.status == "not-observed" and "no trainable variables" in check.detail
+
+
+def rows_batch(rows, seq=0, deterministic=True):
+    return dict(batch("".join(rows), seq=seq, deterministic=deterministic), rows=sorted(rows))
+
+
+def single_card_case(n_end, one_end, n_rows=(["a", "b"], ["c", "d"]), one_rows=("a", "b", "c", "d"),
+                     n_start=1.0, one_start=1.0, n_step=None, one_step=None):
+    records = {r: [rows_batch(rows, seq=0), weights("start", [n_start, 2.0], 1), weights("end", [n_end, 2.0], 3)]
+               for r, rows in enumerate(n_rows)}
+    single = [rows_batch(list(one_rows), seq=0), weights("start", [one_start, 2.0], 1), weights("end", [one_end, 2.0], 3)]
+    if n_step is not None:
+        for rank_records in records.values():
+            rank_records.insert(2, dict(weights("step1", [n_step, 2.0], 2)))
+        single.insert(2, weights("step1", [one_step, 2.0], 2))
+    return records, single
+
+
+def test_single_card_math_passes_within_float_tolerance():
+    records, single = single_card_case(0.5 + 1e-8, 0.5)
+    check = checks.check_single_card(records, 2, single)
+    assert check.status == "pass", check
+
+
+def test_single_card_math_names_summed_gradients():
+    records, single = single_card_case(0.0, 0.5, n_step=0.8, one_step=0.9)
+    check = checks.check_single_card(records, 2, single)
+    assert check.status == "fail" and "first update was 2 times one card's" in check.detail
+    assert 'reduction="mean"' in check.detail
+
+
+def test_single_card_math_needs_the_same_first_global_batch():
+    records, single = single_card_case(0.5, 0.5, n_rows=(["a", "c"], ["e", "f"]))
+    check = checks.check_single_card(records, 2, single)
+    assert check.status == "not-observed" and "not the single card's first batch" in check.detail
+    assert "2 in common" in check.detail
+
+
+def test_single_card_math_needs_the_same_start():
+    records, single = single_card_case(0.5, 0.5, one_start=3.0)
+    check = checks.check_single_card(records, 2, single)
+    assert check.status == "not-observed" and "did not start from rank 0's weights" in check.detail
+
+
+def test_single_card_math_without_row_digests_is_not_observed():
+    records, single = single_card_case(0.5, 0.5)
+    single[0]["rows"] = None
+    assert checks.check_single_card(records, 2, single).status == "not-observed"
+    assert checks.check_single_card(records, 2, None).status == "not-observed"
