@@ -164,7 +164,10 @@ def main() -> None:
                 print_table(timings, run_mwms_pair())
         return
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    done = subprocess.run(["mpiexec", "-n", "2", sys.executable, HERE, "--mpi-part"], env=env,
+    sys.path.insert(0, REPO)
+    from npu_migrate_nb.sim.cluster import find_mpiexec  # the mpich wheel's, next to this Python
+
+    done = subprocess.run([find_mpiexec(), "-n", "2", sys.executable, HERE, "--mpi-part"], env=env,
                           capture_output=True, text=True, timeout=600)
     if done.returncode != 0:
         sys.exit(f"MPI part failed:\n{done.stderr[-3000:]}")

@@ -1,14 +1,28 @@
-"""Cluster and training-step benchmarks for the simulated runner. Prints figures and ratios.
+"""Cluster and training-epoch benchmarks for the simulated runner. Prints figures and ratios.
 
 1. Cluster ready (4 ranks, TensorFlow imported in every rank) vs a bare ipyparallel MPI cluster
    start (4 engines) plus one TensorFlow import.                               goal: <= 1.5x
-2. One epoch of a small Keras model on 2 ranks at global batch B (sharded, gradients all-reduced)
-   vs one process at batch B.                                                  goal: <= 1.5x
+2. One epoch of a small Keras model on 2 ranks of the simulated cluster (ipyparallel MPI engines,
+   probes installed, sharded with ``shard_and_rebatch_dataset``, gradients all-reduced by the
+   optimizer wrapper) at global batch B vs one plain process at batch B.     goal: <= 1.5x
 
-Run: python benchmarks/bench_cluster.py
+The epoch figures are measured in the same run, in alternating rounds (one process, then the two
+ranks, and again), several epochs per round, after a warm-up; the medians are compared. A loaded
+2-core machine slows whatever runs at that moment: alternating spreads the load over both sides.
+CPU time per epoch is printed too (one process; the busiest rank and both ranks together).
+
+Two models: "mlp", an MNIST-sized multilayer perceptron (784-256-256-10, batch 256), the goal's
+small model; and "tiny" (32-64-64-1, batch 64), whose step is about a millisecond of framework
+dispatch with almost no arithmetic: two ranks cannot halve anything there, so its ratio shows the
+fixed cost per step of two processes and one all-reduce on a shared machine.
+
+Run: python benchmarks/bench_cluster.py [--part ready|epoch|all] [--model mlp|tiny|both]
 """
 
+import argparse
+import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -19,37 +33,67 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from npu_migrate_nb.sim.cluster import Cluster, find_mpiexec  # noqa: E402
 
 RANKS = 4
-GLOBAL_BATCH = 64
+ROUNDS = 5
+EPOCHS_PER_ROUND = 3
 
-EPOCH_CODE = """
+MODELS = {
+    "mlp": {"rows": 8192, "features": 784, "hidden": [256, 256], "outputs": 10, "batch": 256},
+    "tiny": {"rows": 8192, "features": 32, "hidden": [64, 64], "outputs": 1, "batch": 64},
+}
+
+EPOCH_SETUP = """
 import os, time
 import numpy as np
 import tensorflow as tf
-distributed = {distributed}
-if distributed:
+_spec = {spec!r}
+_distributed = {distributed!r}
+if _distributed:
     import npu_device as npu
     npu.open().as_default()
-rng = np.random.RandomState(0)
-x = rng.rand(8192, 32).astype("float32")
-y = rng.rand(8192, 1).astype("float32")
-dataset = tf.data.Dataset.from_tensor_slices((x, y))
-batch = {batch}
-if distributed:
-    dataset, batch = npu.distribute.shard_and_rebatch_dataset(dataset, batch)
-dataset = dataset.batch(batch).cache()
-model = tf.keras.Sequential([tf.keras.layers.Dense(64, activation="relu", input_shape=(32,)),
-                             tf.keras.layers.Dense(64, activation="relu"), tf.keras.layers.Dense(1)])
-optimizer = tf.keras.optimizers.SGD(0.01)
-if distributed:
-    npu.distribute.broadcast(model.trainable_variables)
-    optimizer = npu.distribute.npu_distributed_keras_optimizer_wrapper(optimizer)
-model.compile(optimizer=optimizer, loss="mse")
-model.fit(dataset, epochs=1, verbose=0)  # warm-up: tracing
-started = time.perf_counter()
-model.fit(dataset, epochs=1, verbose=0)
-epoch_s = time.perf_counter() - started
-print("EPOCH", epoch_s)
+_rng = np.random.RandomState(0)
+_x = _rng.rand(_spec["rows"], _spec["features"]).astype("float32")
+if _spec["outputs"] == 1:
+    _y = _rng.rand(_spec["rows"], 1).astype("float32")
+    _loss = "mse"
+else:
+    _y = _rng.randint(0, _spec["outputs"], _spec["rows"]).astype("int64")
+    _loss = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+_dataset = tf.data.Dataset.from_tensor_slices((_x, _y))
+_batch = _spec["batch"]
+if _distributed:
+    _dataset, _batch = npu.distribute.shard_and_rebatch_dataset(_dataset, _batch)
+_dataset = _dataset.batch(_batch).cache()
+_model = tf.keras.Sequential(
+    [tf.keras.layers.Dense(_spec["hidden"][0], activation="relu", input_shape=(_spec["features"],))]
+    + [tf.keras.layers.Dense(units, activation="relu") for units in _spec["hidden"][1:]]
+    + [tf.keras.layers.Dense(_spec["outputs"])])
+_optimizer = tf.keras.optimizers.SGD(0.01)
+if _distributed:
+    npu.distribute.broadcast(_model.trainable_variables)
+    _optimizer = npu.distribute.npu_distributed_keras_optimizer_wrapper(_optimizer)
+_model.compile(optimizer=_optimizer, loss=_loss)
+_model.fit(_dataset, epochs=1, verbose=0)  # warm-up: tracing, the cache filled
+
+
+def run_epochs(count):
+    times = []
+    for _ in range(count):
+        wall, cpu = time.perf_counter(), time.process_time()
+        _model.fit(_dataset, epochs=1, verbose=0)
+        times.append((time.perf_counter() - wall, time.process_time() - cpu))
+    return times
 """
+
+SINGLE_WORKER = """
+import json, sys
+exec(compile(sys.argv[1], "<setup>", "exec"))
+print("READY", flush=True)
+for line in sys.stdin:
+    print("TIMES " + json.dumps(run_epochs(int(line))), flush=True)
+"""
+
+
+# ------------------------------------------------------------------------------ cluster ready
 
 
 def bare_cluster_start() -> float:
@@ -82,31 +126,93 @@ def our_cluster_ready() -> float:
     return elapsed
 
 
-def single_process_epoch() -> float:
-    code = EPOCH_CODE.format(distributed=False, batch=GLOBAL_BATCH)
-    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
-    return float(out.split("EPOCH")[-1])
-
-
-def two_rank_epoch() -> float:
-    with Cluster(n=2) as cluster:
-        result = cluster.view.execute(EPOCH_CODE.format(distributed=True, batch=GLOBAL_BATCH))
-        result.get()
-        return max(float(out.split("EPOCH")[-1]) for out in result.stdout)
-
-
-def main() -> None:
+def cluster_ready_part() -> None:
     bare = min(bare_cluster_start() for _ in range(2))
     tf_import = min(one_tensorflow_import() for _ in range(2))
     ours = min(our_cluster_ready() for _ in range(2))
     print(f"cluster ready, {RANKS} ranks with TensorFlow: {ours:.2f} s")
     print(f"bare ipyparallel MPI start {bare:.2f} s + one TensorFlow import {tf_import:.2f} s = {bare + tf_import:.2f} s")
     print(f"  ratio {ours / (bare + tf_import):.2f}x (goal <= 1.5x)")
-    single = single_process_epoch()
-    double = two_rank_epoch()
-    print(f"epoch, one process at batch {GLOBAL_BATCH}: {single:.3f} s")
-    print(f"epoch, 2 ranks at global batch {GLOBAL_BATCH}: {double:.3f} s")
-    print(f"  ratio {double / single:.2f}x (goal <= 1.5x)")
+
+
+# ------------------------------------------------------------------------------------- epochs
+
+
+class SingleProcess:
+    """One plain Python process (no MPI, no adapter, no probes) that keeps its model between rounds."""
+
+    def __init__(self, spec: dict):
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+        setup = EPOCH_SETUP.format(spec=spec, distributed=False)
+        self.process = subprocess.Popen([sys.executable, "-c", SINGLE_WORKER, setup], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, text=True, env=env)
+        self._expect("READY")
+
+    def _expect(self, prefix: str) -> str:
+        for line in self.process.stdout:
+            if line.startswith(prefix):
+                return line[len(prefix):].strip()
+        raise RuntimeError(f"the single process ended (exit {self.process.wait()})")
+
+    def epochs(self, count: int) -> list:
+        self.process.stdin.write(f"{count}\n")
+        self.process.stdin.flush()
+        return [tuple(t) for t in json.loads(self._expect("TIMES"))]
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        self.process.wait(timeout=60)
+
+
+def two_rank_epochs(cluster: Cluster, count: int) -> list:
+    """Per epoch: (wall of the slowest rank, CPU of the busiest rank, CPU of both ranks)."""
+    cluster.view.execute(f"_bench_times = run_epochs({count})").get()
+    per_rank = cluster.view.pull("_bench_times", block=True)
+    return [(max(t[i][0] for t in per_rank), max(t[i][1] for t in per_rank), sum(t[i][1] for t in per_rank))
+            for i in range(count)]
+
+
+def epoch_part(name: str) -> float:
+    spec = MODELS[name]
+    single = SingleProcess(spec)
+    try:
+        with Cluster(n=2) as cluster:
+            cluster.view.execute(EPOCH_SETUP.format(spec=spec, distributed=True)).get()
+            ones, twos = [], []
+            for _ in range(ROUNDS):
+                ones += single.epochs(EPOCHS_PER_ROUND)
+                twos += two_rank_epochs(cluster, EPOCHS_PER_ROUND)
+    finally:
+        single.close()
+    one_wall = statistics.median(t[0] for t in ones)
+    one_cpu = statistics.median(t[1] for t in ones)
+    two_wall = statistics.median(t[0] for t in twos)
+    two_cpu_max = statistics.median(t[1] for t in twos)
+    two_cpu_sum = statistics.median(t[2] for t in twos)
+    steps = -(-spec["rows"] // spec["batch"])
+    layers = "-".join(map(str, [spec["features"], *spec["hidden"], spec["outputs"]]))
+    print(f"\nepoch of model {name!r} ({layers}, {spec['rows']} rows, global batch {spec['batch']}, {steps} steps), "
+          f"median of {ROUNDS}x{EPOCHS_PER_ROUND} epochs in alternating rounds:")
+    print(f"  one process:            wall {one_wall:.3f} s   CPU {one_cpu:.3f} s")
+    print(f"  2 ranks (cluster):      wall {two_wall:.3f} s   CPU {two_cpu_max:.3f} s busiest rank, "
+          f"{two_cpu_sum:.3f} s both")
+    ratio = two_wall / one_wall
+    print(f"  ratio {ratio:.2f}x wall, {two_cpu_max / one_cpu:.2f}x CPU of the busiest rank (goal <= 1.5x wall)")
+    print(f"  all epochs, one process: {' '.join(f'{t[0]:.2f}' for t in ones)}")
+    print(f"  all epochs, 2 ranks:     {' '.join(f'{t[0]:.2f}' for t in twos)}")
+    return ratio
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--part", choices=("ready", "epoch", "all"), default="all")
+    parser.add_argument("--model", choices=(*MODELS, "both"), default="both")
+    args = parser.parse_args()
+    if args.part in ("ready", "all"):
+        cluster_ready_part()
+    if args.part in ("epoch", "all"):
+        for name in MODELS if args.model == "both" else [args.model]:
+            epoch_part(name)
 
 
 if __name__ == "__main__":

@@ -20,10 +20,13 @@ signature, sequence number). If ranks disagree (they reached different collectiv
 raises :class:`CollectiveMismatchError` naming what each rank was doing, instead of hanging or
 silently mis-summing.
 
-All MPI calls run on one worker thread; callers wait on it with a timeout loop, so a
-KeyboardInterrupt (eager code in the main thread) or :func:`abort` ends the wait. The MPI call
-itself cannot be cancelled: after an interrupted collective the communicator is marked broken and
-the rank should be restarted. SIGTERM/SIGKILL are never blocked.
+Collectives called from the main thread (eager code) run on one worker thread; the main thread
+waits on it with a timeout loop, so a KeyboardInterrupt or :func:`abort` ends the wait. Called from
+any other thread (TensorFlow's executor threads run the ``numpy_function`` of a ``tf.function`` or
+a TF1 graph; no signal is delivered there), they run in that thread: a hand-off per training step
+would cost two thread switches. MPI calls never overlap (one lock). The MPI call itself cannot be
+cancelled: after an interrupted collective the communicator is marked broken and the rank should
+be restarted. SIGTERM/SIGKILL are never blocked.
 """
 
 from __future__ import annotations

@@ -142,12 +142,15 @@ def start_collective_watcher(path: str, period: float = 0.1) -> threading.Thread
     """
 
     def watch() -> None:
-        last = None
+        written, previous = None, None
         while True:
             name = _current_collective()
-            if name != last:
-                _write_atomically(path, json.dumps({"collective": name, "since": time.time()}))
-                last = name
+            # Training passes through a new collective every step: write only one that is still
+            # the same a period later (a rank that waits), and the return to none.
+            if name != written and (name is None or name == previous):
+                _write_atomically(path, json.dumps({"collective": name, "since": time.time() - (period if name else 0)}))
+                written = name
+            previous = name
             time.sleep(period)
 
     thread = threading.Thread(target=watch, name="npu-sim-collective-watcher", daemon=True)

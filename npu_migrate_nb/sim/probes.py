@@ -193,14 +193,51 @@ class _Busy:
 
 
 def _dataset_is_sharded(dataset) -> Optional[bool]:
+    """Whether a shard is anywhere in the pipeline (also inside map/interleave functions).
+
+    Walks the dataset objects: serializing the graph instead costs as much as the data that
+    ``from_tensor_slices`` embeds in it (tens of milliseconds per fit call for a 25 MB array)."""
+    try:
+        return _walk_for_shard(dataset, set())
+    except Exception:
+        pass
     try:
         return b"ShardDataset" in dataset._as_serialized_graph().numpy()
     except Exception:
         return None
 
 
+def _walk_for_shard(dataset, seen: set) -> bool:
+    if id(dataset) in seen:
+        return False
+    seen.add(id(dataset))
+    inner = getattr(dataset, "_dataset", None)  # DatasetV1Adapter
+    if inner is not None and _walk_for_shard(inner, seen):
+        return True
+    if "Shard" in type(dataset).__name__:
+        return True
+    for attribute in ("_map_func", "_predicate", "_key_func", "_reduce_func"):
+        wrapper = getattr(dataset, attribute, None)
+        graph = getattr(getattr(wrapper, "function", None), "graph", None)
+        if graph is not None and any(op.type == "ShardDataset" for op in graph.get_operations()):
+            return True
+    return any(_walk_for_shard(child, seen) for child in dataset._inputs())
+
+
+# dataset -> what record_dataset_input saw: a dataset is immutable, and fit or a training loop
+# iterates the same one every epoch.
+_dataset_observations: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
 def record_dataset_input(source: str, dataset) -> None:
     """First element of two fresh iterations of an eager ``tf.data.Dataset``."""
+    try:
+        seen = _dataset_observations.get(dataset)
+    except TypeError:
+        seen = None
+    if seen is not None:
+        _record("input", source, **seen)
+        return
     with _Busy():
         try:
             first = next(iter(dataset))
@@ -208,6 +245,11 @@ def record_dataset_input(source: str, dataset) -> None:
         except Exception:  # empty, infinite-error or not iterable eagerly: nothing observed
             return
     record_input(source, first, again, sharded=_dataset_is_sharded(dataset))
+    observed = {key: _records[-1][key] for key in ("fingerprint", "deterministic", "sharded", "rows")}
+    try:
+        _dataset_observations[dataset] = observed
+    except TypeError:
+        pass
 
 
 def _record_fit_input(x, y, batch_size, shuffle=True) -> None:

@@ -1,0 +1,88 @@
+"""The probes in one plain process (no MPI): what they record, and that they cost training nothing
+per step. Each test runs in a subprocess, since the probes patch TensorFlow globally."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytestmark = pytest.mark.sim
+
+
+def run(body: str) -> dict:
+    script = textwrap.dedent("""
+        import json, os
+        os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
+        import numpy as np
+        import tensorflow as tf
+        from npu_migrate_nb.sim import probes
+        probes.install(seed=7)
+        out = {}
+    """) + textwrap.dedent(body) + "\nprint('OUT ' + json.dumps(out))\n"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("OUT ")]
+    assert lines, done.stderr[-3000:]
+    return json.loads(lines[-1][4:])
+
+
+def test_the_fit_probe_adds_no_batch_hooks_and_gives_train_function_back():
+    out = run("""
+        x = np.arange(64, dtype="float32").reshape(16, 4) / 64
+        y = x.sum(axis=1, keepdims=True)
+        model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(4,))])
+        model.compile(optimizer=tf.keras.optimizers.SGD(0.1), loss="mse")
+        probe = probes._make_fit_callback(model)
+        lists = tf.keras.callbacks.CallbackList([probe], model=model)
+        out["batch_hooks"] = lists._should_call_train_batch_hooks
+        out["tf_logs"] = lists._supports_tf_logs
+        dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(4)
+        model.fit(dataset, epochs=2, verbose=0)
+        own = model.train_function
+        model.fit(dataset, epochs=1, verbose=0)
+        out["restored"] = "train_function" not in model.__dict__ or model.train_function is own
+        records = probes.take_records()
+        out["moments"] = [r["moment"] for r in records if r["kind"] == "weights"]
+        out["inputs"] = [r["source"] for r in records if r["kind"] == "input"]
+        out["rows"] = len([r for r in records if r["kind"] == "input"][0]["rows"])
+    """)
+    assert out["batch_hooks"] is False
+    assert out["restored"] is True
+    assert out["moments"] == ["start", "step1", "end", "start", "step1", "end"]
+    assert out["inputs"] == ["keras fit dataset", "keras fit dataset"]
+    assert out["rows"] == 4
+
+
+def test_the_dataset_observation_is_reused_and_shards_are_found_without_serializing():
+    out = run("""
+        r = tf.data.Dataset.range
+        out["shards"] = [probes._dataset_is_sharded(d) for d in (
+            r(10).shard(2, 0).batch(2).cache().prefetch(1), r(10).batch(2),
+            r(4).interleave(lambda _: r(3).shard(2, 0)), tf.data.Dataset.zip((r(3), r(3).shard(2, 1))))]
+        dataset = r(10).shard(2, 0).batch(2)
+        calls = []
+        original = tf.data.Dataset._as_serialized_graph
+        tf.data.Dataset._as_serialized_graph = lambda self, *a, **k: calls.append(1) or original(self, *a, **k)
+        for _ in range(3):
+            probes.record_dataset_input("loop", dataset)
+        records = probes.take_records()
+        out["serialized"] = len(calls)
+        out["same"] = len({(r["fingerprint"], r["sharded"], tuple(r["rows"])) for r in records})
+        out["count"] = len(records)
+    """)
+    assert out["shards"] == [True, False, True, True]
+    assert out["serialized"] == 0
+    assert out["count"] == 3 and out["same"] == 1
+
+
+def test_row_digests_are_a_multiset_of_rows_across_components():
+    out = run("""
+        a = (np.array([[1.0], [2.0]], "float32"), np.array([5, 6]))
+        b = (np.array([[2.0], [1.0]], "float32"), np.array([6, 5]))
+        c = (np.array([[1.0], [2.0]], "float32"), np.array([6, 5]))
+        out["same_rows_reordered"] = probes.row_digests(a) == probes.row_digests(b)
+        out["pairs_matter"] = probes.row_digests(a) != probes.row_digests(c)
+        out["no_first_dim"] = probes.row_digests(np.float32(1.0))
+    """)
+    assert out == {"same_rows_reordered": True, "pairs_matter": True, "no_first_dim": None}
