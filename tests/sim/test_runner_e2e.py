@@ -82,6 +82,7 @@ def test_cli_json_at_four_ranks_passes_the_fixed_custom_loop():
     report = json.loads(completed.stdout)
     assert report["ok"] is True and report["ranks"] == 4
     assert report["checks"] == ALL_PASS
+    assert report["single_card_math"] == "skipped"
     assert [cell["status"] for cell in report["cells"]] == ["ok"] * 4
     assert [r["rank"] for r in report["cells"][3]["ranks"]] == [0, 1, 2, 3]
     assert all("loss" in r["stdout"] and r["error"] is None for r in report["cells"][3]["ranks"])
@@ -94,6 +95,7 @@ def test_cli_text_exits_1_when_a_check_fails_and_skips_markdown():
     assert completed.returncode == 1, completed.stderr
     assert "cell 0: skipped" in completed.stdout
     assert "shard      fail" in completed.stdout
+    assert "single-card math: skipped (--compare-single-card" in completed.stdout
 
 
 def test_cli_exits_2_for_unusable_input(tmp_path):

@@ -156,3 +156,13 @@ def test_cli_reports_single_card_math_in_json_and_text(write):
     assert report["checks"] == {"broadcast": "pass", "allreduce": "pass", "shard": "pass"}
     assert report["single_card_math"] == "fail" and report["ok"] is False
     assert "1/2 of one card's" in report["check_details"]["single_card_math"]["detail"]
+
+
+def test_cli_fixed_estimator_reproduces_one_card():
+    """TF1 Estimator: its graph seed comes from the rank's seed, so one card starts where rank 0 did."""
+    path = __import__("os").path.join(__import__("os").path.dirname(__file__), "data", "estimator_fixed.ipynb")
+    command = [sys.executable, "-m", "npu_migrate_nb", "run", path, "-n", "2", "--compare-single-card"]
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    line = next(text for text in completed.stdout.splitlines() if text.startswith("single-card math:"))
+    assert "pass" in line and "(cell 3, estimator)" in line
