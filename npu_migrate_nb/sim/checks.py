@@ -275,6 +275,17 @@ def check_shard(records: Records, size: int) -> Check:
             f"ranks read the same first batch{_where(first)}: {_groups(prints)}; {fix_for('shard', first['source'])}",
             cell,
         )
+    shared = _shared_samples(inputs)
+    if shared is not None:
+        (rank_a, rank_b), common, seen = shared
+        return Check(
+            "shard",
+            FAIL,
+            f"ranks read the same samples{_where(first)}: {common} of the first {seen} rows rank {rank_b} read were "
+            f"also read by rank {rank_a} (each rank reads the whole dataset, or shuffles before sharding); "
+            f"{fix_for('shard', first['source'])}",
+            cell,
+        )
     random = [rank for rank, record in inputs.items() if record.get("deterministic") is False]
     unsharded = [rank for rank in random if not inputs[rank].get("sharded")]
     if unsharded:
@@ -287,6 +298,24 @@ def check_shard(records: Records, size: int) -> Check:
             cell,
         )
     return Check("shard", PASS, f"each of the {size} ranks read a different first batch{_where(first)}", cell)
+
+
+def _shared_samples(inputs):
+    """((rank a, rank b), rows in common, rows b read) for the first pair of ranks that read common
+    samples; None when they share none, or when that cannot be told (no sample, or data whose rows
+    repeat within one rank, such as constant test data)."""
+    samples = {rank: record.get("sample") for rank, record in inputs.items()}
+    if any(not sample for sample in samples.values()):
+        return None
+    if any(len(set(sample)) < 0.9 * len(sample) for sample in samples.values()):
+        return None
+    ranks = sorted(samples)
+    for index, rank_a in enumerate(ranks):
+        for rank_b in ranks[index + 1:]:
+            common = len(set(samples[rank_a]) & set(samples[rank_b]))
+            if common:
+                return (rank_a, rank_b), common, len(samples[rank_b])
+    return None
 
 
 # ---------------------------------------------------------------------------- single-card math

@@ -29,6 +29,7 @@ import functools
 import hashlib
 import inspect
 import itertools
+import time
 import threading
 import weakref
 from typing import Any, Dict, List, Optional
@@ -165,15 +166,44 @@ def row_digests(batch: Any) -> Optional[List[str]]:
 
 
 def record_input(source: str, first: Any, again: Any = None, sharded: Optional[bool] = None,
-                 rows: Any = "first") -> None:
+                 rows: Any = "first", sample: Optional[List[str]] = None) -> None:
     """The first batch a rank reads; ``again`` is the first batch of a second fresh iteration.
 
     ``rows``: the batch whose rows are digested for the single-card comparison ("first": ``first``;
-    None: not known, e.g. arrays that fit shuffles)."""
+    None: not known, e.g. arrays that fit shuffles). ``sample``: digests of the rows this rank reads
+    first (a few batches' worth): ranks that share rows read the same samples, whatever the order."""
     first_print = fingerprint(first)
     deterministic = None if again is None else fingerprint(again) == first_print
     digests = row_digests(first if isinstance(rows, str) and rows == "first" else rows) if rows is not None else None
-    _record("input", source, fingerprint=first_print, deterministic=deterministic, sharded=sharded, rows=digests)
+    _record("input", source, fingerprint=first_print, deterministic=deterministic, sharded=sharded, rows=digests,
+            sample=sample)
+
+
+# How much each rank reads ahead to see which samples it gets (bounded: pipelines can be costly).
+SAMPLE_ROWS, SAMPLE_BATCHES, SAMPLE_SECONDS = 2048, 32, 2.0
+
+
+def sample_digests(batches) -> Optional[List[str]]:
+    """Row digests of the first batches from ``batches`` (an iterator), within the bounds above and
+    within one epoch (a row seen twice means ``repeat()`` started over). None when the first batch
+    repeats its own rows (constant test data): which samples a rank reads cannot be told then."""
+    digests: List[str] = []
+    seen = set()
+    deadline = time.monotonic() + SAMPLE_SECONDS
+    for count, batch in enumerate(batches):
+        rows = row_digests(batch)
+        if rows is None:
+            return None
+        if count == 0 and len(set(rows)) < 0.9 * len(rows):
+            return None
+        for row in rows:
+            if row in seen:
+                return digests
+            seen.add(row)
+            digests.append(row)
+        if len(digests) >= SAMPLE_ROWS or count + 1 >= SAMPLE_BATCHES or time.monotonic() > deadline:
+            break
+    return digests[:SAMPLE_ROWS] or None
 
 
 def _busy() -> bool:
@@ -240,12 +270,14 @@ def record_dataset_input(source: str, dataset) -> None:
         return
     with _Busy():
         try:
-            first = next(iter(dataset))
+            iterator = iter(dataset)
+            first = next(iterator)
             again = next(iter(dataset))
+            sample = sample_digests(itertools.chain([first], iterator))
         except Exception:  # empty, infinite-error or not iterable eagerly: nothing observed
             return
-    record_input(source, first, again, sharded=_dataset_is_sharded(dataset))
-    observed = {key: _records[-1][key] for key in ("fingerprint", "deterministic", "sharded", "rows")}
+    record_input(source, first, again, sharded=_dataset_is_sharded(dataset), sample=sample)
+    observed = {key: _records[-1][key] for key in ("fingerprint", "deterministic", "sharded", "rows", "sample")}
     try:
         _dataset_observations[dataset] = observed
     except TypeError:
@@ -266,7 +298,8 @@ def _record_fit_input(x, y, batch_size, shuffle=True) -> None:
     data = [x, y] if y is not None else [x]
     try:
         rows = None if shuffle else tf.nest.map_structure(lambda a: a[: batch_size or 32], data)
-        record_input("keras fit arrays", data, data, rows=rows)
+        head = tf.nest.map_structure(lambda a: a[:SAMPLE_ROWS], data)
+        record_input("keras fit arrays", data, data, rows=rows, sample=row_digests(head))
     except Exception:
         return
 
@@ -403,7 +436,9 @@ def _make_estimator_hook(input_fn_box: dict):
             for initializer, next_element in self._first_batches:
                 session.run(initializer)
                 batches.append(session.run(next_element))
-            record_input("estimator input_fn", batches[0], batches[1], sharded=input_fn_box.get("sharded"))
+            sample = sample_digests(itertools.chain([batches[1]], _next_batches(session, next_element)))
+            record_input("estimator input_fn", batches[0], batches[1], sharded=input_fn_box.get("sharded"),
+                         sample=sample)
 
         def before_run(self, run_context):
             if not self._started:
@@ -420,6 +455,17 @@ def _make_estimator_hook(input_fn_box: dict):
             record_weights(moment, "estimator", [v.name for v in self._variables], values)
 
     return ProbeHook()
+
+
+def _next_batches(session, next_element):
+    """Further batches of an initialized graph-mode iterator, until it ends."""
+    import tensorflow as tf
+
+    while True:
+        try:
+            yield session.run(next_element)
+        except tf.errors.OutOfRangeError:
+            return
 
 
 def _wrap_input_fn(input_fn, box: dict):

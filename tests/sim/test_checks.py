@@ -139,3 +139,31 @@ def test_single_card_math_without_row_digests_is_not_observed():
     single[0]["rows"] = None
     assert checks.check_single_card(records, 2, single).status == "not-observed"
     assert checks.check_single_card(records, 2, None).status == "not-observed"
+
+
+def sampled(fingerprint, sample, deterministic=False, sharded=False):
+    record = batch(fingerprint, deterministic=deterministic, sharded=sharded)
+    record["sample"] = sample
+    return record
+
+
+def test_ranks_sharing_samples_fail_shard_even_when_their_shuffles_differ():
+    rows = [f"row{i}" for i in range(64)]
+    records = {0: [sampled("a", rows[:32] + rows[40:48])], 1: [sampled("b", rows[32:64])]}
+    result = checks.check_shard(records, 2)
+    assert result.status == "fail"
+    assert "8 of the first 32 rows rank 1 read were also read by rank 0" in result.detail
+
+
+def test_disjoint_samples_keep_the_previous_judgement():
+    rows = [f"row{i}" for i in range(64)]
+    sharded = {0: [sampled("a", rows[:32], sharded=True)], 1: [sampled("b", rows[32:], sharded=True)]}
+    assert checks.check_shard(sharded, 2).status == "pass"
+    random_unsharded = {0: [sampled("a", rows[:32])], 1: [sampled("b", rows[32:])]}
+    assert checks.check_shard(random_unsharded, 2).status == "not-observed"
+
+
+def test_data_whose_rows_repeat_within_a_rank_says_nothing_about_sharing():
+    constant = ["zero"] * 32
+    records = {0: [sampled("a", constant, sharded=True)], 1: [sampled("b", constant, sharded=True)]}
+    assert checks.check_shard(records, 2).status == "pass"
