@@ -7,6 +7,7 @@ example are separated by a line ``# %%``.
 
 from __future__ import annotations
 
+import abc
 import ast
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, FrozenSet, Iterable, List, Optional, Sequence
@@ -27,15 +28,16 @@ class Example:
     adapter: Optional[str] = None  # the adapter the analyzer should report, when it matters
 
 
-class Rule:
+class Rule(abc.ABC):
     code: ClassVar[str]
     step: ClassVar[Optional[str]] = None
     severity: ClassVar[str] = "error"
     VALID: ClassVar[Sequence[str]] = ()
     INVALID: ClassVar[Sequence[Example]] = ()
 
+    @abc.abstractmethod
     def check(self, context: "Context") -> Iterable[Finding]:
-        raise NotImplementedError  # every concrete rule overrides this
+        """The findings of this rule in the notebook."""
 
     def unlocated(self, context: "Context", message: str) -> List[Finding]:
         """The step is missing but no place to fix it was recognized: say so at the training call."""
