@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 from . import knowledge as K
-from .facts import NotebookFacts
+from .facts import NotebookFacts, mentions
 from .findings import STEPS, CellError, Finding, sort_key, unique
 from .notebook import Notebook
 
@@ -162,23 +162,13 @@ def has_rank_shard(facts: NotebookFacts) -> bool:
     if any(facts.calls_to(K.SHARD_AND_REBATCH)):
         return True
     for _, cell, site in facts.calls("shard"):
-        if site.receiver is not None and not _mentions(site.node, ("input_context", "input_pipeline")):
+        if site.receiver is not None and not mentions(site.node, ("input_context", "input_pipeline")):
             return True
     return any(_has_rank_slice(cell) for _, cell in facts.cells)
 
 
 def _has_rank_slice(cell) -> bool:
     return ("rank_id" in cell.names or "RANK_ID" in cell.names or "getenv" in cell.names) and any(
-        isinstance(node, ast.Subscript) and _mentions(node.slice, ("rank", "RANK_ID"))
+        isinstance(node, ast.Subscript) and mentions(node.slice, ("rank", "RANK_ID"))
         for node in ast.walk(cell.tree)
     )
-
-
-def _mentions(node: ast.AST, words) -> bool:
-    for child in ast.walk(node):
-        text = child.id if isinstance(child, ast.Name) else child.attr if isinstance(child, ast.Attribute) else None
-        if text is None and isinstance(child, ast.Constant) and isinstance(child.value, str):
-            text = child.value
-        if text and any(word in text for word in words):
-            return True
-    return False

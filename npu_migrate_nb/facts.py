@@ -337,6 +337,23 @@ def dotted_name(node: ast.AST) -> Optional[str]:
     return ".".join(reversed(parts))
 
 
+def mentions(node: ast.AST, words: Iterable[str]) -> bool:
+    """Does any name, attribute or string under ``node`` contain one of ``words``?"""
+    words = tuple(words)
+    for child in ast.walk(node):
+        if isinstance(child, ast.Name):
+            text = child.id
+        elif isinstance(child, ast.Attribute):
+            text = child.attr
+        elif isinstance(child, ast.Constant) and isinstance(child.value, str):
+            text = child.value
+        else:
+            continue
+        if any(word in text for word in words):
+            return True
+    return False
+
+
 # --------------------------------------------------------------------------------- across cells
 
 _CANONICAL_PREFIXES = (
@@ -414,7 +431,6 @@ class NotebookFacts:
                 else:
                     self.aliases[fact.local] = fact.module
         self._resolved: Dict[str, str] = {}
-        self.cell_facts = dict(self.cells)
         self._cells_with: Dict[str, List[Tuple[int, CellFacts]]] = {}
         for entry in self.cells:
             for name in entry[1].names:

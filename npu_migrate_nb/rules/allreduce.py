@@ -6,7 +6,7 @@ import ast
 from typing import Iterable, Iterator, List, Optional
 
 from .. import knowledge as K
-from ..facts import CallSite, CellFacts
+from ..facts import CallSite, CellFacts, dotted_name
 from ..findings import NEEDS_NPU_BRIDGE, NEEDS_NPU_DEVICE, Edit, Finding
 from .base import Example, Rule, insert_after, keras_prefix, replace, single_target, wrap
 from .reduction import reduction_for
@@ -261,7 +261,7 @@ def _creation_of(context, name: str, use: CallSite):
     candidates = []
     for cell, facts, assignment in context.facts.assignments(name):
         value = assignment.value
-        if isinstance(value, ast.Call) and context.facts.resolve(_dotted(value.func)) in K.OPTIMIZERS:
+        if isinstance(value, ast.Call) and context.facts.resolve(dotted_name(value.func)) in K.OPTIMIZERS:
             site = next((s for s in facts.calls if s.node is value), None)
             if site is not None:
                 candidates.append((assignment.function == use.function, cell, facts, site))
@@ -287,8 +287,3 @@ def _resolved_calls(context, method: str):
         if resolved.startswith("horovod."):
             yield resolved
 
-
-def _dotted(node):
-    from ..facts import dotted_name
-
-    return dotted_name(node)

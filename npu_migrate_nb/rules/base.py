@@ -10,9 +10,9 @@ from __future__ import annotations
 import abc
 import ast
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, FrozenSet, Iterable, List, Optional, Sequence
+from typing import TYPE_CHECKING, ClassVar, Iterable, List, Optional, Sequence
 
-from ..facts import CallSite, CellFacts
+from ..facts import CallSite, CellFacts, dotted_name, mentions
 from ..findings import Edit, Finding
 
 if TYPE_CHECKING:
@@ -226,31 +226,10 @@ def single_target(stmt: ast.stmt) -> Optional[str]:
     return None
 
 
-def assigned_value_is(stmt: ast.stmt, node: ast.AST) -> bool:
-    return isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is node
-
-
 def int_literal(node: Optional[ast.AST]) -> Optional[int]:
     if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
         return node.value
     return None
-
-
-def mentions(node: ast.AST, words: Iterable[str]) -> bool:
-    """Does any name, attribute or string under ``node`` contain one of ``words``?"""
-    words = tuple(words)
-    for child in ast.walk(node):
-        if isinstance(child, ast.Name):
-            text = child.id
-        elif isinstance(child, ast.Attribute):
-            text = child.attr
-        elif isinstance(child, ast.Constant) and isinstance(child.value, str):
-            text = child.value
-        else:
-            continue
-        if any(word in text for word in words):
-            return True
-    return False
 
 
 def rank_size_mention(node: ast.AST, context: "Context") -> bool:
@@ -259,23 +238,10 @@ def rank_size_mention(node: ast.AST, context: "Context") -> bool:
         return True
     for child in ast.walk(node):
         if isinstance(child, ast.Call) and isinstance(child.func, ast.Attribute) and child.func.attr == "size":
-            if context.facts.resolve(_dotted(child.func)).startswith("horovod."):
+            if context.facts.resolve(dotted_name(child.func)).startswith("horovod."):
                 return True
     return False
 
-
-def _dotted(node: ast.AST) -> Optional[str]:
-    from ..facts import dotted_name
-
-    return dotted_name(node)
-
-
-def enclosing_scope_statements(facts: CellFacts, function: Optional[str]) -> List[ast.stmt]:
-    """Top-level statements of the cell, or the body of ``function`` in this cell."""
-    if function is None:
-        return list(facts.tree.body)
-    node = facts.functions.get(function)
-    return list(node.body) if node is not None else []
 
 
 def top_level_statement(facts: CellFacts, stmt: ast.stmt) -> Optional[ast.stmt]:
@@ -307,5 +273,3 @@ def receiver_name(site: CallSite) -> Optional[str]:
         return site.dotted.rsplit(".", 1)[0]
     return None
 
-
-NEEDS = FrozenSet[str]

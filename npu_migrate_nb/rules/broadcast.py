@@ -6,7 +6,7 @@ import ast
 from typing import Iterable, Iterator, List, Optional, Tuple
 
 from .. import knowledge as K
-from ..facts import CallSite, CellFacts
+from ..facts import CallSite, CellFacts, dotted_name
 from ..findings import NEEDS_NPU_BRIDGE, NEEDS_NPU_DEVICE, NEEDS_OS, Finding
 from .base import (
     Example,
@@ -322,8 +322,6 @@ def model_is_built_before_fit(context, model: str) -> bool:
 
 
 def _is_variable_initialization(context, node: ast.AST) -> bool:
-    from ..facts import dotted_name
-
     return any(
         isinstance(child, ast.Call) and context.facts.resolve(dotted_name(child.func)) in K.VARIABLE_INITIALIZERS
         for child in ast.walk(node)
@@ -369,8 +367,6 @@ def _hooks_broadcast(context, site: CallSite) -> bool:
 
 
 def _mentions_broadcast(context, node: ast.AST) -> bool:
-    from ..facts import dotted_name
-
     for child in ast.walk(node):
         if isinstance(child, ast.Call):
             name = context.facts.resolve(dotted_name(child.func))
@@ -382,8 +378,6 @@ def _mentions_broadcast(context, node: ast.AST) -> bool:
 def _target_of(site: CallSite) -> Optional[str]:
     stmt = site.stmt
     if isinstance(stmt, ast.Assign) and stmt.value is site.node and len(stmt.targets) == 1:
-        from ..facts import dotted_name
-
         return dotted_name(stmt.targets[0])
     return None
 
@@ -447,8 +441,6 @@ def _broadcast_anchor(context, cell, facts, site: CallSite, variables: ast.expr)
 
 
 def _model_name(variables: ast.expr) -> Optional[str]:
-    from ..facts import dotted_name
-
     if isinstance(variables, ast.Attribute) and variables.attr in ("trainable_variables", "trainable_weights"):
         return dotted_name(variables.value)
     return None
@@ -469,8 +461,6 @@ def _statement_that_builds(context, model: str):
 
 def model_is_built_by(context, call: ast.Call) -> bool:
     """Does this constructor call return a model whose variables already exist?"""
-    from ..facts import dotted_name
-
     name = context.facts.resolve(dotted_name(call.func))
     if name in K.KERAS_BUILT_MODELS or name.startswith("tensorflow.keras.applications."):
         return True

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ast
-from typing import Iterable, Iterator, List, Optional, Tuple  # noqa: F401
+from typing import Iterable, Iterator, List, Optional
 
 from .. import knowledge as K
 from ..facts import CallSite, CellFacts
@@ -301,12 +301,3 @@ def _sliced(cell, facts: CellFacts, array: ast.expr, rank_slice: str, needs) -> 
 def _is_simple(node: ast.expr) -> bool:
     """Can an operator or a subscript follow this node's code without parentheses?"""
     return isinstance(node, (ast.Name, ast.Attribute, ast.Subscript, ast.Call, ast.Constant))
-
-
-def batch_call_sites(facts: CellFacts) -> Iterator[CallSite]:
-    for method in K.BATCH_METHODS:
-        yield from facts.calls_by_method.get(method, ())
-
-
-def pipeline_of(site: CallSite) -> Tuple[CallSite, ...]:
-    return tuple(site.chain())
