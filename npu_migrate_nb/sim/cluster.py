@@ -16,6 +16,7 @@ profile's own launchers; the ranks are then set up by a first execute, before an
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import re
@@ -97,11 +98,14 @@ class Cluster:
         self.rank_table_path = write_rank_table(os.path.join(self.state_dir, "rank_table.json"), self.n)
         _live_clusters.add(self)
         try:
-            if self.profile:
-                self._start_from_profile()
-            else:
-                self._start_local_mpi()
-            self._learn_ranks()
+            # ipyparallel reports progress ("Waiting for connection file...") on stdout, which
+            # belongs to the run's output (JSON with --format json): send it to stderr.
+            with contextlib.redirect_stdout(sys.stderr):
+                if self.profile:
+                    self._start_from_profile()
+                else:
+                    self._start_local_mpi()
+                self._learn_ranks()
         except BaseException:
             self.stop()
             raise
