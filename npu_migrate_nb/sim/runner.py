@@ -133,7 +133,7 @@ class Runner:
         started = time.monotonic()
         self._reset_probes()
         self._enter_directory(os.path.dirname(os.path.abspath(notebook.path)))
-        outcomes = [self.run_cell(cell.index, cell.source, cell.cell_type) for cell in notebook.cells]
+        outcomes = self._run_cells_until_one_fails(notebook)
         result = RunResult(
             ranks=self.cluster.n,
             cells=outcomes,
@@ -145,6 +145,21 @@ class Runner:
             result.single_card = self.compare_single_card(notebook, result)
             result.elapsed_s = time.monotonic() - started
         return result
+
+    def _run_cells_until_one_fails(self, notebook: Notebook) -> List[CellOutcome]:
+        """Like Jupyter's "Run All": after a cell fails or times out, the later cells are not run
+        (they would only fail on what it did not define); they are reported as skipped."""
+        outcomes: List[CellOutcome] = []
+        failed: Optional[int] = None
+        for cell in notebook.cells:
+            if failed is not None:
+                outcomes.append(CellOutcome(cell.index, "skipped", message=f"not run: cell {failed} failed"))
+                continue
+            outcome = self.run_cell(cell.index, cell.source, cell.cell_type)
+            outcomes.append(outcome)
+            if outcome.status in ("error", "timeout"):
+                failed = cell.index
+        return outcomes
 
     def compare_single_card(self, notebook: Notebook, result: Optional[RunResult] = None) -> checks_module.Check:
         """Run ``notebook`` on one rank (RANK_SIZE=1, seeded like rank 0, so it starts from rank 0's

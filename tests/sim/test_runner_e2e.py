@@ -104,3 +104,20 @@ def test_cli_exits_2_for_unusable_input(tmp_path):
     completed = _cli(str(broken))
     assert completed.returncode == 2
     assert "broken.ipynb" in completed.stderr and "invalid JSON" in completed.stderr
+
+
+def test_cells_after_a_failed_cell_are_not_run(tf2_cluster):
+    from npu_migrate_nb.notebook import Cell, Notebook
+
+    notebook = Notebook("<errors>", [
+        Cell(0, "code", "x = 1\nprint('first', flush=True)"),
+        Cell(1, "code", "import not_a_module_anywhere"),
+        Cell(2, "markdown", "# notes"),
+        Cell(3, "code", "print(x + undefined_name)"),
+    ])
+    echo = io.StringIO()
+    result = Runner(tf2_cluster, timeout=60, echo=echo, errors=echo).run_notebook(notebook)
+    assert [cell.status for cell in result.cells] == ["ok", "error", "skipped", "skipped"]
+    assert result.cells[3].message == "not run: cell 1 failed"
+    assert "ModuleNotFoundError" in echo.getvalue() and "undefined_name" not in echo.getvalue()
+    assert not result.cells_ok
