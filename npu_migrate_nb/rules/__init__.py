@@ -14,6 +14,7 @@ from .reduction_mismatch import ReductionMismatch
 from .setup import MissingSetup
 from .shard import MissingShard
 from .shard_after_batch import ShardAfterBatch
+from .shared_model_dir import SharedModelDir
 from .tf2_broadcast_callback import TF2BroadcastCallback
 
 RULE_CLASSES = (
@@ -30,6 +31,7 @@ RULE_CLASSES = (
     DoubleStepDivision,
     HorovodLeftover,
     ReductionMismatch,
+    SharedModelDir,
     MissingSetup,
 )
 ALL_RULES = tuple(rule() for rule in RULE_CLASSES)
