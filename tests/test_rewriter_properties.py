@@ -21,8 +21,8 @@ from .conftest import EXAMPLES
 def _snippets():
     pool = set()
     for rule in ALL_RULES:
-        for example in rule.INVALID:
-            pool.update(part for part in example.before.split(CELL_SEPARATOR) if part.strip())
+        for case in rule.INVALID:
+            pool.update(part for part in case.before.split(CELL_SEPARATOR) if part.strip())
         for valid in rule.VALID:
             pool.update(part for part in valid.split(CELL_SEPARATOR) if part.strip())
     for path in sorted(EXAMPLES.glob("*.ipynb")):

@@ -32,7 +32,7 @@ import itertools
 import time
 import threading
 import weakref
-from typing import Any, Dict, List, Optional
+from typing import Any, List, Optional
 
 import numpy as np
 

@@ -170,7 +170,7 @@ class Runner:
         if result is not None and not result.cells_ok:
             return checks_module.Check(name, checks_module.NOT_OBSERVED,
                                        f"not run: the {self.cluster.n}-rank run did not complete")
-        print(f"single-card run for comparison (1 rank, seeded like rank 0)...", file=self.errors)
+        print("single-card run for comparison (1 rank, seeded like rank 0)...", file=self.errors)
         self.errors.flush()
         captured = io.StringIO()
         single = Cluster(n=1, tf1=self.cluster.tf1, seed=self.cluster.seed,
