@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 from . import knowledge as K
-from .facts import NotebookFacts, mentions
+from .facts import NotebookFacts, mentions, receiver_name
 from .findings import STEPS, CellError, Finding, sort_key, unique
 from .notebook import Notebook
 
@@ -111,10 +111,9 @@ def _frameworks(facts: NotebookFacts) -> List[str]:
 
 
 def _has_keras_fit(facts: NotebookFacts) -> bool:
-    compiled = {facts_site.dotted for _, _, facts_site in facts.calls("compile") if facts_site.receiver is not None}
-    compiled = {name.rsplit(".compile", 1)[0] for name in compiled if name}
+    compiled = {receiver_name(site) for _, _, site in facts.calls("compile")} - {None}
     for _, _, site in facts.calls("fit"):
-        receiver = site.dotted.rsplit(".fit", 1)[0] if site.dotted else None
+        receiver = receiver_name(site)
         if receiver in compiled or (receiver is None and compiled):
             return True
     return False

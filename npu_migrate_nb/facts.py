@@ -325,6 +325,20 @@ def _link_calls(facts: CellFacts) -> None:
                     inner.argument_of = site
 
 
+def receiver_name(site: CallSite) -> Optional[str]:
+    """``model`` for ``model.fit(...)``, ``self.model`` for ``self.model.fit(...)``."""
+    if site.dotted and "." in site.dotted:
+        return site.dotted.rsplit(".", 1)[0]
+    return None
+
+
+def chain_root_name(node: Optional[ast.AST]) -> Optional[str]:
+    """``ds`` for ``ds.shuffle(8).batch(4)``: the name a chain of calls and attributes starts from."""
+    while isinstance(node, (ast.Call, ast.Attribute)):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
 def dotted_name(node: ast.AST) -> Optional[str]:
     """``a.b.c`` for a chain of attributes on a name; None for anything else."""
     parts = []

@@ -59,7 +59,8 @@ def fix_notebook(notebook: Notebook, analysis: Analysis, codes: Optional[Set[str
             continue
         if new_source != by_index[index].source:
             sources[index] = new_source
-    applied = [f for f in analysis.findings if f.edits and all(e.cell not in dict(failed) for e in f.edits)]
+    failed_cells = {cell for cell, _ in failed}
+    applied = [f for f in analysis.findings if f.edits and all(e.cell not in failed_cells for e in f.edits)]
     return FixResult(sources, applied, failed)
 
 

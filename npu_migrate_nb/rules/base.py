@@ -12,7 +12,7 @@ import ast
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Iterable, List, Optional, Sequence
 
-from ..facts import CallSite, CellFacts, dotted_name, mentions
+from ..facts import CellFacts, dotted_name, mentions
 from ..findings import Edit, Finding
 
 if TYPE_CHECKING:
@@ -83,14 +83,12 @@ def fix_text(facts: CellFacts, edits: Sequence[Edit]) -> str:
     """What the changed statements read after the fix: inserted lines and rewritten statements."""
     parts: List[str] = []
     in_place = [edit for edit in edits if edit.kind not in ("insert_before", "insert_after", "remove")]
-    statements = []
+    edits_of: dict = {}  # statement (by identity) -> (statement, its edits)
     for edit in edits:
         stmt = _statement_at(facts, edit.start)
-        if stmt is not None and all(stmt is not seen for seen in statements):
-            statements.append(stmt)
-    statements.sort(key=lambda stmt: (stmt.lineno, stmt.col_offset))
-    for stmt in statements:
-        mine = [edit for edit in edits if _statement_at(facts, edit.start) is stmt]
+        if stmt is not None:
+            edits_of.setdefault(id(stmt), (stmt, []))[1].append(edit)
+    for stmt, mine in sorted(edits_of.values(), key=lambda entry: (entry[0].lineno, entry[0].col_offset)):
         parts += [edit.code for edit in mine if edit.kind == "insert_before"]
         changed_in_place = [edit for edit in mine if edit in in_place]
         if changed_in_place:
@@ -266,10 +264,4 @@ def keras_prefix(context: "Context") -> str:
     """How this notebook spells Keras: its own ``keras`` alias, else ``tf.keras``."""
     return context.facts.alias_for("tensorflow.keras") or f"{context.tf}.keras"
 
-
-def receiver_name(site: CallSite) -> Optional[str]:
-    """``model`` for ``model.fit(...)``, ``self.model`` for ``self.model.fit(...)``."""
-    if site.dotted and "." in site.dotted:
-        return site.dotted.rsplit(".", 1)[0]
-    return None
 

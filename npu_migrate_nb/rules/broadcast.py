@@ -6,7 +6,7 @@ import ast
 from typing import Iterable, Iterator, List, Optional, Tuple
 
 from .. import knowledge as K
-from ..facts import CallSite, CellFacts, dotted_name
+from ..facts import CallSite, CellFacts, dotted_name, receiver_name
 from ..findings import NEEDS_NPU_BRIDGE, NEEDS_NPU_DEVICE, NEEDS_OS, Finding
 from .base import (
     Example,
@@ -16,7 +16,6 @@ from .base import (
     insert_after,
     insert_before,
     keras_prefix,
-    receiver_name,
     replace,
     replace_with,
     top_level_statement,

@@ -6,7 +6,7 @@ import ast
 from typing import Iterable, Iterator, List, Optional
 
 from .. import knowledge as K
-from ..facts import CallSite, CellFacts
+from ..facts import CallSite, CellFacts, chain_root_name, receiver_name
 from ..findings import NEEDS_NPU_DEVICE, NEEDS_OS, Edit, Finding
 from .base import (
     Example,
@@ -14,7 +14,6 @@ from .base import (
     add_argument,
     insert_after,
     insert_before,
-    receiver_name,
     replace,
     replace_with,
     single_target,
@@ -195,16 +194,10 @@ def _batch_of(facts: CellFacts, source: CallSite) -> Optional[CallSite]:
     if variable is None or top.stmt.value is not top.node:
         return None
     for site in facts.calls_by_method.get("batch", []) + facts.calls_by_method.get("padded_batch", []):
-        if site.function == source.function and site.node.lineno > top.stmt.end_lineno and _chain_root(site) == variable:
+        if site.function == source.function and site.node.lineno > top.stmt.end_lineno and chain_root_name(site.receiver) == variable:
             return site
     return None
 
-
-def _chain_root(site: CallSite) -> Optional[str]:
-    node = site.receiver
-    while isinstance(node, (ast.Call, ast.Attribute)):
-        node = node.func if isinstance(node, ast.Call) else node.value
-    return node.id if isinstance(node, ast.Name) else None
 
 
 def _batch_argument(batch: CallSite) -> Optional[ast.expr]:

@@ -6,6 +6,7 @@ import ast
 from typing import Iterable, Iterator
 
 from .. import knowledge as K
+from ..facts import chain_root_name
 from ..findings import Finding
 from .base import Example, Rule, replace
 
@@ -45,7 +46,7 @@ class ShardAfterBatch(Rule):
     def _sharded_after_batch(self, context) -> Iterator[Finding]:
         """``ds = ds.batch(B)`` in one statement, ``ds = ds.shard(...)`` in a later one."""
         for cell, facts, site in context.facts.calls("shard"):
-            root = _chain_root_name(site.receiver)
+            root = chain_root_name(site.receiver)
             if root is None or _has_batch(site.receiver):
                 continue
             batched = _batched_before(facts, root, site)
@@ -93,12 +94,6 @@ class ShardAfterBatch(Rule):
                         "the per-rank size it returns",
                     )
                     break
-
-
-def _chain_root_name(node) -> "str | None":
-    while isinstance(node, (ast.Call, ast.Attribute)):
-        node = node.func if isinstance(node, ast.Call) else node.value
-    return node.id if isinstance(node, ast.Name) else None
 
 
 def _has_batch(node) -> bool:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import ast
 from typing import Iterable, Iterator, Optional
 
+from ..facts import receiver_name
 from ..findings import NEEDS_NPU_DEVICE, Finding
-from .base import Example, Rule, insert_before, receiver_name, remove_element, remove_statement, replace
+from .base import Example, Rule, insert_before, remove_element, remove_statement, replace
 from .broadcast import first_batch_broadcast, model_is_built_before_fit
 
 
