@@ -286,6 +286,10 @@ class Cluster:
                 dead[rank] = ended
         return dead
 
+    def first_death_is_certain(self) -> bool:
+        """Did the death watch see one rank exit before any other (not several at once)?"""
+        return self._death_watch is None or self._death_watch.first_is_certain
+
     def reported_failure(self, wait: float = 1.0) -> Optional[Tuple[int, str]]:
         """The rank MPI saw fail first and how, from hydra's "BAD TERMINATION" report.
 
@@ -419,6 +423,7 @@ class _DeathWatch:
 
     def __init__(self, rank_pids: Dict[int, int]):
         self._order: List[int] = []
+        self.first_is_certain = True  # False when several ranks' exits arrived in the first wake-up
         self._lock = threading.Lock()
         self._fds: Dict[int, int] = {}
         for rank, pid in rank_pids.items():
@@ -439,6 +444,9 @@ class _DeathWatch:
             events = poller.poll()
             if any(fd == self._wake_read for fd, _ in events):
                 return
+            exits = [fd for fd, _ in events if fd in remaining]
+            if not self._order and len(exits) > 1:
+                self.first_is_certain = False  # seen together: which went first is unknown here
             for fd, _ in sorted(events, key=lambda e: self._fds.get(e[0], 0)):
                 if fd in remaining:
                     remaining.discard(fd)

@@ -389,7 +389,10 @@ class _Watch:
         return " | ".join(tail) if tail else "(no output)"
 
     def death_message(self, dead: Dict[int, str]) -> str:
-        reported = self.cluster.reported_failure(wait=0.5)
+        # Hydra's report names the rank that failed first. Wait longer for it when the death watch
+        # saw several ranks go at once (hydra kills the rest within milliseconds): its order is a guess then.
+        wait = 0.5 if self.cluster.first_death_is_certain() else 5.0
+        reported = self.cluster.reported_failure(wait=wait)
         if reported is not None:
             culprit, how = reported
             dead = {**dead, culprit: how}
