@@ -93,6 +93,7 @@ def _import_tensorflow(seed: int, tf1: bool) -> None:
         return
     tf.random.set_seed(seed)
     _share_cores(tf, int(os.environ.get("RANK_SIZE", "1")))
+    leave_data_autotuning_off_by_default()
     if tf1:
         enter_tf1_mode()
     from . import probes
@@ -111,6 +112,38 @@ def _share_cores(tf, ranks: int) -> None:
         tf.config.threading.set_inter_op_parallelism_threads(share)
     except RuntimeError:  # TensorFlow's runtime already started (a user's sitecustomize?): leave it
         pass
+
+
+def leave_data_autotuning_off_by_default() -> None:
+    """Turn tf.data autotuning off in every pipeline that leaves ``autotune.enabled`` unset.
+
+    In TensorFlow 2.15 an iterator's teardown (the end of every Keras epoch, of every ``for`` loop
+    over a dataset) waits for the autotuner's thread to finish its current sleep, a period that
+    doubles from 10 ms up to 60 s: in a rank an epoch often lasted until the next 10 * (2**k - 1) ms
+    mark, up to twice its length. A rank has one or two cores, so the autotuner has little to tune,
+    and autotuning changes only parallelism and buffer sizes, never which elements come in which
+    order. An explicit ``options.autotune.enabled = True`` is respected.
+    """
+    from tensorflow.python.data.ops import dataset_ops
+
+    dataset_class = dataset_ops.DatasetV2
+    original = dataset_class._apply_debug_options
+    if getattr(original, "_npu_sim", False):
+        return
+    untuned = dataset_ops.options_lib.Options()
+    untuned.autotune.enabled = False
+
+    # Every way to iterate a dataset (eager iterators, one-shot and initializable iterators of TF1
+    # graphs, multi-device iterators, reduce) builds its iterator from this method's result.
+    def _apply_debug_options(self):
+        dataset = original(self)
+        options = getattr(dataset, "_options_attr", None)
+        if options is None or options.autotune.enabled is not None:
+            return dataset
+        return dataset_ops._OptionsDataset(dataset, untuned)
+
+    _apply_debug_options._npu_sim = True
+    dataset_class._apply_debug_options = _apply_debug_options
 
 
 def enter_tf1_mode() -> None:

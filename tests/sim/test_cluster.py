@@ -61,6 +61,22 @@ def test_tensorflow_and_the_simulated_adapter_are_ready_before_user_code(cluster
     assert ready == [(True, True), (True, True)]
 
 
+def test_iterators_in_ranks_run_without_data_autotuning_unless_asked(cluster):
+    code = """
+import tensorflow as tf
+_plain = tf.data.Dataset.range(8).map(lambda x: x * 2, num_parallel_calls=tf.data.AUTOTUNE).batch(2)
+_asked = tf.data.Options()
+_asked.autotune.enabled = True
+autotune = (iter(_plain)._dataset.options().autotune.enabled,
+            iter(_plain.with_options(_asked))._dataset.options().autotune.enabled,
+            _plain.options().autotune.enabled,
+            [b.tolist() for b in _plain.as_numpy_iterator()])
+"""
+    results = _remote(cluster, code, "autotune")
+    # the user's dataset object is left as it was: only the iterators built from it change
+    assert results == [(False, True, None, [[0, 2], [4, 6], [8, 10], [12, 14]])] * 2
+
+
 def test_engines_run_ipython_syntax(cluster):
     result = cluster.view.execute("%time value = 6 * 7\n!echo shell-$RANK_ID\nprint(value)")
     result.wait()
