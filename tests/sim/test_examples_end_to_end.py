@@ -57,7 +57,19 @@ def test_estimator_example_fixed_by_the_analyzer_passes_and_unfixed_fails():
         assert unfixed["shard"] == "fail" and unfixed["broadcast"] == "fail", result.checks
 
 
-def test_custom_loop_example_fixed_by_the_analyzer_passes_at_four_ranks():
+@pytest.fixture(scope="module")
+def four_rank_cluster():
     with Cluster(n=4) as cluster:
-        fixed, _ = statuses(cluster, example("custom_loop_single_card.ipynb", fixed=True))
+        yield cluster
+
+
+@pytest.mark.parametrize("name", ["keras_single_card.ipynb", "custom_loop_single_card.ipynb"])
+def test_tf2_examples_fixed_by_the_analyzer_pass_at_four_ranks(four_rank_cluster, name):
+    fixed, _ = statuses(four_rank_cluster, example(name, fixed=True))
+    assert fixed == ALL_PASS
+
+
+def test_estimator_example_fixed_by_the_analyzer_passes_at_four_ranks():
+    with Cluster(n=4, tf1=True) as cluster:
+        fixed, _ = statuses(cluster, example("estimator_single_card.ipynb", fixed=True))
     assert fixed == ALL_PASS
