@@ -8,10 +8,11 @@ Who am I, how many are we:
 Three layers, each usable on its own:
     * numpy: :func:`allreduce_arrays`, :func:`broadcast_arrays` (one fused buffer per dtype);
     * TensorFlow: :func:`all_reduce`, :func:`broadcast` work eagerly, inside ``tf.function`` and
-      in TF1 graphs. In a graph each API call becomes ONE ``tf.numpy_function`` op holding all
-      its tensors, and successive ops of the same kind in the same graph are chained by control
-      dependencies, so every rank issues the MPI calls in the same order whatever order the
-      executor picks. All-reduces and broadcasts are separate chains: a broadcast op built by a
+      in TF1 graphs. In a graph each API call becomes ONE op holding all its tensors: the native
+      kernel of :mod:`native_all_reduce` for an all-reduce of one float32/int32/int64 dtype (no
+      Python at run time), else a ``tf.numpy_function``. Successive ops of the same kind in the
+      same graph are chained by control dependencies, so every rank issues the MPI calls in the
+      same order whatever order the executor picks. All-reduces and broadcasts are separate chains: a broadcast op built by a
       hook after the training graph must not force a training step to run with it.
     * bookkeeping for the runner: :func:`current_collective`, :func:`status`, :func:`abort`.
 
@@ -154,8 +155,25 @@ def init() -> int:
         elif env_size > 1:
             raise CollectiveError(f"rank size is {env_size} but this process was not started by mpiexec; "
                                   "there is no one to communicate with")
+        _load_native_all_reduce()
         _initialized = True
         return size()
+
+
+_native = None  # a native_all_reduce.NativeAllReduce once loaded: graph all-reduces then run in C++
+
+
+def _load_native_all_reduce() -> None:
+    """In a TensorFlow rank of a multi-rank job, take the native kernel; its MPI lock and sequence
+    counter then serve every collective of the process (native or not), so all stay in one order."""
+    global _native, _mpi_lock
+    if _native is not None or "tensorflow" not in sys.modules or not under_mpi() or size() == 1:
+        return
+    from . import native_all_reduce
+
+    _native = native_all_reduce.load(size())
+    if _native is not None:
+        _mpi_lock = _NativeLock(_native.lib)
 
 
 def is_initialized() -> bool:
@@ -181,18 +199,41 @@ _state_lock = threading.Lock()
 _current: Optional[str] = None
 _current_since: Optional[float] = None
 _completed = 0
-_sequence = 0
+_sequence = 0  # the next collective's number (the native library counts when it is loaded)
+_current_sequence = 0
 _broken: Optional[str] = None
 _abort_reason: Optional[str] = None
 _mpi_lock = threading.Lock()
 
 
+class _NativeLock:
+    """The native library's MPI mutex as a context manager (ctypes releases the GIL while waiting)."""
+
+    def __init__(self, lib):
+        self._lib = lib
+
+    def __enter__(self):
+        self._lib.npu_sim_lock()
+
+    def __exit__(self, *exc):
+        self._lib.npu_sim_unlock()
+
+
+def _next_sequence() -> int:
+    global _sequence
+    if _native is not None:
+        return _native.lib.npu_sim_next_sequence()
+    _sequence += 1
+    return _sequence - 1
+
+
 def _run_job(job: _Job) -> None:
     """Run one collective, keeping :func:`current_collective` up to date; MPI calls never overlap."""
-    global _current, _current_since, _completed
+    global _current, _current_since, _completed, _current_sequence
     with _mpi_lock:
         with _state_lock:
-            _current = f"{job.kind} #{_sequence}"
+            _current_sequence = _next_sequence()
+            _current = f"{job.kind} #{_current_sequence}"
             _current_since = time.monotonic()
         try:
             job.result = job.run()
@@ -251,19 +292,30 @@ def _submit(kind: str, detail: str, run: Callable[[], Any]) -> Any:
 
 def current_collective() -> Optional[str]:
     """Name of the collective this rank is inside right now, e.g. "all_reduce #12", else None."""
+    if _current is None and _native is not None:
+        sequence = _native.lib.npu_sim_current()
+        return f"all_reduce #{sequence}" if sequence >= 0 else None
     return _current
+
+
+def _waiting_seconds() -> Optional[float]:
+    if _current_since is not None:
+        return round(time.monotonic() - _current_since, 3)
+    if _native is not None:
+        seconds = _native.lib.npu_sim_current_seconds()
+        return round(seconds, 3) if seconds >= 0 else None
+    return None
 
 
 def status() -> dict:
     """Snapshot for the runner: rank, size, current collective and for how long, counts."""
     with _state_lock:
-        since = _current_since
         return {
             "rank": rank() if (under_mpi() or _initialized) else None,
             "size": size() if (under_mpi() or _initialized) else None,
-            "current": _current,
-            "waiting_s": None if since is None else round(time.monotonic() - since, 3),
-            "completed": _completed,
+            "current": current_collective(),
+            "waiting_s": _waiting_seconds(),
+            "completed": _completed + (_native.lib.npu_sim_completed() if _native is not None else 0),
             "broken": _broken,
             "aborted": _abort_reason,
         }
@@ -273,6 +325,8 @@ def abort(reason: str = "aborted by the runner") -> None:
     """Make every current and future wait on a collective raise CollectiveAborted."""
     global _abort_reason
     _abort_reason = reason
+    if _native is not None:
+        _native.lib.npu_sim_abort()
 
 
 def _abort_mpi_if_stuck() -> None:
@@ -307,12 +361,9 @@ def _describe(row: np.ndarray) -> str:
 
 def _agree(kind: str, op: Optional[str], root: int, arrays: Sequence[np.ndarray]) -> None:
     """All-gather a descriptor and raise on every rank if ranks are in different collectives."""
-    global _sequence
     comm = _mpi().COMM_WORLD
     mine = np.array([_KIND_CODES[kind], _OP_CODES[op], root, sum(a.nbytes for a in arrays),
-                     _signature(arrays), _sequence], dtype=np.int64)
-    with _state_lock:
-        _sequence += 1
+                     _signature(arrays), _current_sequence], dtype=np.int64)
     everyone = np.empty((comm.Get_size(), mine.size), dtype=np.int64)
     comm.Allgather(mine, everyone)
     # sequence numbers may legitimately differ only if a rank skipped no-op calls; compare the rest
@@ -505,19 +556,42 @@ def _in_graph() -> bool:
     return not tf.executing_eagerly()
 
 
-def _graph_collective(kind: str, chain: str, tensors: list, numpy_fn: Callable) -> list:
+def _graph_collective(kind: str, tensors: list, numpy_fn: Callable) -> list:
     """One stateful numpy_function op for the whole call, ordered after the chain's last op."""
     import tensorflow as tf
-    graph = tf.compat.v1.get_default_graph()
-    dtypes = [t.dtype for t in tensors]
-    with tf.control_dependencies(_chain_dependencies(graph, chain)):
-        outs = tf.numpy_function(lambda *arrays: numpy_fn(list(arrays)), tensors, dtypes,
+
+    def build():
+        outs = tf.numpy_function(lambda *arrays: numpy_fn(list(arrays)), tensors, [t.dtype for t in tensors],
                                  stateful=True, name=kind)
-    outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
-    _remember(graph, chain, outs[0].op)
+        return list(outs) if isinstance(outs, (list, tuple)) else [outs]
+
+    outs = _chained(kind, build)
     for out, t in zip(outs, tensors):
         out.set_shape(t.shape)
     return outs
+
+
+def _chained(chain: str, build: Callable[[], list]) -> list:
+    """Build one collective op with a control dependency on the chain's previous one."""
+    import tensorflow as tf
+    graph = tf.compat.v1.get_default_graph()
+    with tf.control_dependencies(_chain_dependencies(graph, chain)):
+        outs = build()
+    _remember(graph, chain, outs[0].op)
+    return outs
+
+
+def _native_kernel_for(tensors: list):
+    """The native all-reduce when it can take these tensors (one dtype it registers), else None."""
+    if size() == 1:
+        return None
+    _require_init()
+    if _native is None:
+        return None
+    from .native_all_reduce import DTYPES
+
+    dtypes = {t.dtype.name for t in tensors}
+    return _native if len(dtypes) == 1 and dtypes <= set(DTYPES) else None
 
 
 def _eager_array(tensor) -> np.ndarray:
@@ -542,6 +616,15 @@ def _to_tensors(values) -> list:
     return [tf.convert_to_tensor(v) for v in values]
 
 
+def _not_for_autograph(function: Callable) -> Callable:
+    """Mark ``function`` so that AutoGraph calls it as it is from converted code (its own mark, as
+    ``tf.autograph.experimental.do_not_convert`` leaves): it builds ops, it has no Python control
+    flow on tensors, and converting it would only convert MPI and compiler calls."""
+    function.autograph_info__ = frozenset()
+    return function
+
+
+@_not_for_autograph
 def all_reduce(values: Sequence, op: str = "sum", scale: Optional[float] = None,
                divisor: Optional[float] = None) -> list:
     """All-reduce a list of tensors/variables as one fused collective; returns a list of tensors.
@@ -557,10 +640,16 @@ def all_reduce(values: Sequence, op: str = "sum", scale: Optional[float] = None,
         return allreduce_arrays(arrays, op, scale, divisor)
 
     if _in_graph():
-        return _graph_collective("all_reduce", "all_reduce", tensors, numpy_fn)
+        native = _native_kernel_for(tensors)
+        if native is not None:
+            return _chained("all_reduce", lambda: list(native.ops.npu_sim_all_reduce(
+                tensors, reduction=op, scale=1.0 if scale is None else scale,
+                divisor=1.0 if divisor is None else divisor, name="all_reduce")))
+        return _graph_collective("all_reduce", tensors, numpy_fn)
     return [_eager_tensor(a) for a in numpy_fn([_eager_array(t) for t in tensors])]
 
 
+@_not_for_autograph
 def broadcast(values: Sequence, root: int = 0) -> list:
     """Broadcast a list of tensors/variables from ``root`` as one collective; returns tensors."""
     tensors = _to_tensors(values)
@@ -571,5 +660,5 @@ def broadcast(values: Sequence, root: int = 0) -> list:
         return broadcast_arrays(arrays, root)
 
     if _in_graph():
-        return _graph_collective("broadcast", "broadcast", tensors, numpy_fn)
+        return _graph_collective("broadcast", tensors, numpy_fn)
     return [_eager_tensor(a) for a in numpy_fn([_eager_array(t) for t in tensors])]

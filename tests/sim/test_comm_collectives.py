@@ -33,14 +33,14 @@ def _env():
     return env
 
 
-def run_script(tmp_path, body, ranks=None, timeout=240):
+def run_script(tmp_path, body, ranks=None, timeout=240, env=None):
     """Run ``body`` on ``ranks`` MPI ranks (or as a plain process); return each rank's RESULT."""
     script = tmp_path / "script.py"
     script.write_text(f"REPO = {REPO!r}\n" + PREAMBLE + textwrap.dedent(body))
     command = [sys.executable, str(script)]
     if ranks:
         command = ["mpiexec", "-n", str(ranks)] + command
-    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=_env())
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env={**_env(), **(env or {})})
     results = [json.loads(line[len("RESULT "):]) for line in done.stdout.splitlines()
                if line.startswith("RESULT ")]
     return done, results
@@ -119,6 +119,95 @@ def test_collectives_on_two_ranks_eager_function_and_graph(tmp_path):
         assert r["after_mismatch"] == [2.0, 2.0]
         assert r["current_after"] is None
     assert rank0["completed"] == rank1["completed"]
+
+
+NATIVE_2 = """
+import threading, time
+import numpy as np
+import tensorflow as tf
+from npu_migrate_nb.sim import comm
+
+me, n = comm.rank(), comm.size()
+result["rank"] = me
+rng = np.random.default_rng(7 + me)
+values = [rng.standard_normal((3, 5)).astype(np.float32), rng.standard_normal(7).astype(np.float32)]
+integers = [np.arange(6, dtype=np.int64) * (me + 2), np.array([me + 3], np.int32)]
+
+@tf.function
+def reduce_in_graph(tensors, op, scale=None):
+    return comm.all_reduce(tensors, op, scale=scale)
+
+def op_types(tensors, op):
+    graph = reduce_in_graph.get_concrete_function([tf.constant(t) for t in tensors], op).graph
+    return sorted({o.type for o in graph.get_operations() if o.name.startswith("all_reduce")})
+
+# the graph path against the numpy path on the same arrays: identical bits
+same = {}
+for op in ("sum", "max", "min", "prod"):
+    graph = [t.numpy() for t in reduce_in_graph([tf.constant(v) for v in values], op)]
+    same[op] = all(np.array_equal(g, e) for g, e in zip(graph, comm.allreduce_arrays(values, op)))
+graph = [t.numpy() for t in reduce_in_graph([tf.constant(v) for v in values], "sum", 1.0 / n)]
+same["mean"] = all(np.array_equal(g, e) for g, e in zip(graph, comm.allreduce_arrays(values, "sum", scale=1.0 / n)))
+same["int64"] = np.array_equal(reduce_in_graph([tf.constant(integers[0])], "sum")[0].numpy(),
+                               comm.allreduce_arrays(integers[:1])[0])
+result["same_as_numpy_path"] = same
+result["kernels"] = {"float32": op_types(values, "sum"), "mixed": op_types(integers, "sum")}
+
+# while one rank waits in a graph all-reduce, it says which one
+if me == 0:
+    seen = []
+    waiter = threading.Thread(target=lambda: reduce_in_graph([tf.constant(values[1])], "sum"))
+    waiter.start()
+    while comm.current_collective() is None:
+        time.sleep(0.005)
+    seen.append(comm.current_collective())
+    seen.append(comm.status()["waiting_s"] is not None)
+    waiter.join()
+    result["seen_while_waiting"] = seen
+else:
+    time.sleep(1.0)
+    reduce_in_graph([tf.constant(values[1])], "sum")
+result["current_after"] = comm.current_collective()
+
+# ranks that disagree inside graphs fail on every rank with the same message; the next call works
+try:
+    reduce_in_graph([tf.ones([3 + me])], "sum")
+    result["mismatch"] = None
+except tf.errors.OpError as exc:
+    result["mismatch"] = exc.message
+result["after_mismatch"] = reduce_in_graph([tf.ones([2])], "sum")[0].numpy().tolist()
+result["completed"] = comm.status()["completed"]
+emit()
+"""
+
+
+@pytest.mark.sim
+def test_graph_all_reduce_runs_in_the_native_kernel_with_the_numpy_paths_results(tmp_path):
+    done, results = run_script(tmp_path, NATIVE_2, ranks=2)
+    rank0, rank1 = _by_rank(done, results, 2)
+    for r in (rank0, rank1):
+        assert r["kernels"] == {"float32": ["NpuSimAllReduce"], "mixed": ["PyFunc"]}
+        assert r["same_as_numpy_path"] == {"sum": True, "max": True, "min": True, "prod": True,
+                                           "mean": True, "int64": True}
+        assert "ranks reached different collectives" in r["mismatch"]
+        assert "rank 0: all_reduce #" in r["mismatch"] and "rank 1: all_reduce #" in r["mismatch"]
+        assert r["after_mismatch"] == [2.0, 2.0]
+        assert r["current_after"] is None
+    assert rank0["seen_while_waiting"][0].startswith("all_reduce #") and rank0["seen_while_waiting"][1]
+    assert rank0["completed"] == rank1["completed"]
+
+
+@pytest.mark.sim
+@pytest.mark.parametrize("env", [{"NPU_SIM_NATIVE": "0"}, {"CXX": "/bin/false"}], ids=["switched-off", "no-compiler"])
+def test_without_the_native_kernel_graph_all_reduce_takes_the_numpy_path(tmp_path, env):
+    env = {**env, "XDG_CACHE_HOME": str(tmp_path / "cache")}  # an empty cache: "no-compiler" must build
+    done, results = run_script(tmp_path, NATIVE_2, ranks=2, env=env)
+    for r in _by_rank(done, results, 2):
+        assert r["kernels"] == {"float32": ["PyFunc"], "mixed": ["PyFunc"]}
+        assert all(r["same_as_numpy_path"].values())
+        assert "ranks reached different collectives" in r["mismatch"]
+    if env.get("CXX"):
+        assert done.stderr.count("native all-reduce unavailable") == 2  # one line per rank
 
 
 MEAN_4 = """
