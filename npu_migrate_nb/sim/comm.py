@@ -12,8 +12,9 @@ Three layers, each usable on its own:
       kernel of :mod:`native_all_reduce` for an all-reduce of one float32/int32/int64 dtype (no
       Python at run time), else a ``tf.numpy_function``. Successive ops of the same kind in the
       same graph are chained by control dependencies, so every rank issues the MPI calls in the
-      same order whatever order the executor picks. All-reduces and broadcasts are separate chains: a broadcast op built by a
-      hook after the training graph must not force a training step to run with it.
+      same order whatever order the executor picks. All-reduces and broadcasts are separate
+      chains: a broadcast op built by a hook after the training graph must not force a training
+      step to run with it.
     * bookkeeping for the runner: :func:`current_collective`, :func:`status`, :func:`abort`.
 
 Every collective first all-gathers a small descriptor (kind, op, root, byte count, shape
