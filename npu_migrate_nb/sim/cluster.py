@@ -399,13 +399,19 @@ class Cluster:
                 pass
 
     def _reap_launchers(self) -> None:
-        # Our direct children stay zombies until waited for; ipyparallel's waiter threads may be gone.
+        # Our direct children stay zombies until waited for. ipyparallel's waiter thread of each
+        # launcher reaps its process and then calls Popen.wait(0): a wait of ours at that moment
+        # holds Popen's wait lock, and theirs raises TimeoutExpired in their thread. Let a live
+        # waiter do it; wait ourselves only where it is gone.
         cluster = self._ipp_cluster
         if cluster is None:
             return
         for launcher in [cluster.controller] + list(cluster.engines.values()):
+            waiter = getattr(launcher, "_wait_thread", None)
+            if waiter is not None and waiter.is_alive():
+                waiter.join(timeout=1.0)
             popen = getattr(launcher, "_popen_process", None)
-            if popen is not None:
+            if popen is not None and (waiter is None or not waiter.is_alive()):
                 try:
                     popen.wait(timeout=1.0)
                 except Exception:
