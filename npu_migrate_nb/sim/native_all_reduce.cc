@@ -110,7 +110,7 @@ template <> int MpiType<int64_t>() { return g_mpi.int64_type; }
 
 extern "C" {
 
-void npu_sim_configure(void* allreduce, void* allgather, int comm, int size, int int64_type, int float_type,
+void npu_sim_configure(void* allreduce, void* allgather, int size, int comm, int int64_type, int float_type,
                        int int32_type, int sum, int max, int min, int prod) {
   g_mpi.allreduce = reinterpret_cast<AllreduceFn>(allreduce);
   g_mpi.allgather = reinterpret_cast<AllgatherFn>(allgather);

@@ -66,11 +66,10 @@ def _load(world_size: int) -> Optional[NativeAllReduce]:
     lib = ctypes.CDLL(str(path))
     _declare(lib)
     mpi = ctypes.CDLL(_libmpi_path())
-    handles = [MPI.COMM_WORLD, world_size, MPI.INT64_T, MPI.FLOAT, MPI.INT32_T,
-               MPI.SUM, MPI.MAX, MPI.MIN, MPI.PROD]
+    handles = (MPI.COMM_WORLD, MPI.INT64_T, MPI.FLOAT, MPI.INT32_T, MPI.SUM, MPI.MAX, MPI.MIN, MPI.PROD)
     lib.npu_sim_configure(ctypes.cast(mpi.MPI_Allreduce, ctypes.c_void_p),
                           ctypes.cast(mpi.MPI_Allgather, ctypes.c_void_p),
-                          *[h if isinstance(h, int) else MPI._handleof(h) for h in handles])
+                          world_size, *[MPI._handleof(handle) for handle in handles])
     return NativeAllReduce(ops, lib)
 
 
