@@ -256,12 +256,24 @@ class Cluster:
                     self._launched_pids.append(pid)
         self._wait_for_engines()
         ids = sorted(self._client.ids)[: self.n]
-        view = self._client[ids]
+        view = self._view_of(ids)
         view.apply_sync(_prepare_remote_rank, self.n, self.engine_settings())
+
+    def _view_of(self, ids: List[int]):
+        """A direct view of ``ids``. The client's notification thread adds an engine to ``ids``
+        a moment before it records the engine's identity, which the view needs: retry briefly."""
+        deadline = time.monotonic() + 5.0
+        while True:
+            try:
+                return self._client[ids]
+            except KeyError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
 
     def _learn_ranks(self) -> None:
         ids = sorted(self._client.ids)[: self.n]
-        self._view = self._client[ids]
+        self._view = self._view_of(ids)
         self._view.block = False
         identities = self._view.apply_sync(_rank_identity)
         for engine_id, (rank, pid) in zip(ids, identities):
