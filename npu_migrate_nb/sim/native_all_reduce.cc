@@ -178,17 +178,20 @@ class NpuSimAllReduceOp : public OpKernel {
       signature += (i ? ";" : "") + std::string(DtypeStr<T>()) + ShapeText(values[i].shape());
     }
     OP_REQUIRES(context, count <= INT32_MAX, errors::InvalidArgument("all_reduce of over 2**31 elements"));
-    std::vector<T> send(count), receive(count);
+    // TensorFlow's allocator: aligned, reused between steps, not zero-filled.
+    Tensor send_buffer, receive_buffer;
+    OP_REQUIRES_OK(context, context->allocate_temp(DataTypeToEnum<T>::value, TensorShape({count}), &send_buffer));
+    OP_REQUIRES_OK(context, context->allocate_temp(DataTypeToEnum<T>::value, TensorShape({count}), &receive_buffer));
+    T* send = send_buffer.flat<T>().data();
+    const T* receive = receive_buffer.flat<T>().data();
     int64_t offset = 0;
     for (int i = 0; i < values.size(); ++i) {
       auto flat = values[i].flat<T>();
-      std::memcpy(send.data() + offset, flat.data(), flat.size() * sizeof(T));
+      std::memcpy(send + offset, flat.data(), flat.size() * sizeof(T));
       offset += flat.size();
     }
 
-    Status status = Exchange(send, receive, static_cast<int64_t>(count * sizeof(T)),
-                             static_cast<int64_t>(Crc32(signature)));
-    OP_REQUIRES_OK(context, status);
+    OP_REQUIRES_OK(context, Exchange(send, receive_buffer.flat<T>().data(), count, Crc32(signature)));
 
     const bool floating = std::is_floating_point<T>::value;
     offset = 0;
@@ -209,14 +212,14 @@ class NpuSimAllReduceOp : public OpKernel {
   }
 
  private:
-  Status Exchange(const std::vector<T>& send, std::vector<T>& receive, int64_t nbytes, int64_t signature) {
+  Status Exchange(const T* send, T* receive, int64_t count, int64_t signature) {
     std::lock_guard<std::mutex> guard(g_lock);
     int64_t sequence = g_sequence.fetch_add(1);
     g_current_since_ns.store(MonotonicNs());
     g_current.store(sequence);
     struct Done { ~Done() { g_current.store(-1); g_completed.fetch_add(1); } } done;
 
-    int64_t mine[6] = {kAllReduce, op_code_, 0, nbytes, signature, sequence};
+    int64_t mine[6] = {kAllReduce, op_code_, 0, static_cast<int64_t>(count * sizeof(T)), signature, sequence};
     std::vector<int64_t> everyone(6 * g_mpi.size);
     if (g_mpi.allgather(mine, 6, g_mpi.int64_type, everyone.data(), 6, g_mpi.int64_type, g_mpi.comm) != 0) {
       return errors::Internal("MPI_Allgather failed");
@@ -233,8 +236,7 @@ class NpuSimAllReduceOp : public OpKernel {
       return errors::InvalidArgument("ranks reached different collectives: ", lines.str());
     }
     int op = op_code_ == 1 ? g_mpi.sum : op_code_ == 2 ? g_mpi.max : op_code_ == 3 ? g_mpi.min : g_mpi.prod;
-    if (g_mpi.allreduce(send.data(), receive.data(), static_cast<int>(send.size()), MpiType<T>(), op,
-                        g_mpi.comm) != 0) {
+    if (g_mpi.allreduce(send, receive, static_cast<int>(count), MpiType<T>(), op, g_mpi.comm) != 0) {
       return errors::Internal("MPI_Allreduce failed");
     }
     return OkStatus();
