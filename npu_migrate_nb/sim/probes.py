@@ -15,9 +15,12 @@ Installed in every rank before user code (:func:`install`). What it watches:
   the first batch.
 * Custom loops: optimizer ``apply_gradients`` (Keras, legacy Keras and ``tf.compat.v1.train``).
   Eagerly it reads the variables before the first update; under ``tf.function`` or in a graph the
-  Python side runs only while tracing, so a ``tf.numpy_function`` that runs before the update does
-  the reading at every step. After each cell the variables seen there are read again (the end
-  values). Datasets iterated eagerly give the input fingerprint.
+  Python side runs only while tracing, so a ``tf.numpy_function`` before the update does the
+  reading: in a TF2 function only at the first two steps (a ``tf.cond`` on a step-counting
+  variable, so training pays nothing after them), in a TF1 graph at every step (its variables
+  cannot be read once the session is gone). After each cell that trained (the counter moved, or
+  an observed step ran) the variables are read again (the end values). Datasets iterated eagerly
+  give the input fingerprint.
 
 Records stay in the rank (no communication: a probe must never add a collective that could be
 issued on some ranks only); the runner collects them after each cell with :func:`take_records`.
@@ -532,6 +535,10 @@ def _wrap_estimator_train(original):
 # ------------------------------------------------------------------------------- custom loops
 
 
+# Steps whose variables the probe reads: the start of training, and the first update's result.
+OBSERVED_STEPS = 2
+
+
 class _LoopTracker:
     """Optimizer steps outside fit/Estimator: the values before the first one, and the end values."""
 
@@ -541,9 +548,31 @@ class _LoopTracker:
         self._latest_variables: list = []
         self._latest_arrays: Optional[List[np.ndarray]] = None
         self._dirty = False
+        self._step_counter = None  # TF2 functions: a variable counting every optimizer step
+        self._steps_at_last_end = 0
 
     def forget(self):
+        counter = self._step_counter
         self.__init__()
+        if counter is not None:  # functions traced earlier keep this variable: restart its count
+            counter.assign(0)
+            self._step_counter = counter
+
+    def step_counter(self):
+        """The step-counting variable of TF2 functions, made eagerly on first use (while tracing)."""
+        if self._step_counter is None:
+            import tensorflow as tf
+
+            with tf.init_scope():
+                self._step_counter = tf.Variable(0, trainable=False, dtype=tf.int64, name="npu_sim_optimizer_steps")
+        return self._step_counter
+
+    def _counted_steps_since_last_end(self) -> bool:
+        if self._step_counter is None:
+            return False
+        steps = int(self._step_counter.numpy())
+        moved, self._steps_at_last_end = steps != self._steps_at_last_end, steps
+        return moved
 
     def on_step(self, variables, arrays) -> None:
         """Called before every update; the first call is the start of training, the second one
@@ -558,7 +587,9 @@ class _LoopTracker:
         self._latest_variables, self._latest_arrays = list(variables), arrays
 
     def record_end_values(self) -> None:
-        if not self._dirty:
+        # TF2 functions call on_step only for the first steps: the counter tells a later cell trained
+        counted = self._counted_steps_since_last_end()
+        if not (self._dirty or counted):
             return
         self._dirty = False
         variables = self._latest_variables
@@ -589,8 +620,19 @@ def _wrap_apply_gradients(original):
             _loop_tracker.on_step(variables, list(arrays))
             return np.int32(0)
 
-        reads = [tf.identity(v) for v in variables]
-        probe = tf.numpy_function(observe, reads, tf.int32, stateful=True, name="npu_sim_probe")
+        def read_and_observe():
+            reads = [tf.identity(v) for v in variables]
+            return tf.numpy_function(observe, reads, tf.int32, stateful=True, name="npu_sim_probe")
+
+        if not tf.compat.v1.executing_eagerly_outside_functions():
+            # TF1 graph: the variables cannot be read after the session, so every step is observed
+            probe = read_and_observe()
+        else:
+            # TF2 function: only the first steps, so that training pays nothing after them
+            counter = _loop_tracker.step_counter()
+            observed = tf.cond(counter < OBSERVED_STEPS, read_and_observe, lambda: tf.constant(0, tf.int32))
+            with tf.control_dependencies([observed]):
+                probe = counter.assign_add(1)
         with tf.control_dependencies([probe]):
             return original(self, grads_and_vars, *args, **kwargs)
 

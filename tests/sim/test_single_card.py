@@ -166,3 +166,24 @@ def test_cli_fixed_estimator_reproduces_one_card():
     assert completed.returncode == 0, completed.stdout + completed.stderr
     line = next(text for text in completed.stdout.splitlines() if text.startswith("single-card math:"))
     assert "pass" in line and "(cell 3, estimator)" in line
+
+
+def test_a_function_loop_is_observed_for_two_steps_and_a_later_cell_that_splits_the_ranks_fails(cluster, write):
+    # In a tf.function the optimizer probe reads the variables at the first two steps only (training
+    # then pays nothing for it); a later cell that trains is still seen through the step counter.
+    local_steps = '''@tf.function
+def local_step(features, labels):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(tf.square(model(features, training=True) - labels)) / GLOBAL_BATCH
+    grads = tape.gradient(loss, model.trainable_variables)
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+for features, labels in dataset:
+    local_step(features, labels)'''
+    count = "from npu_migrate_nb.sim import probes\nprint('observed steps', probes._loop_tracker._steps)"
+    cells = custom_loop("sum") + [count, local_steps]
+    result = run(cluster, write("loop_then_local_steps", cells), compare=False)
+    counted = result.to_json()["cells"][4]["ranks"]
+    assert [r["stdout"].strip() for r in counted] == ["observed steps 2"] * 2
+    assert result.checks["broadcast"].status == "pass"
+    assert result.checks["allreduce"].status == "fail", result.checks["allreduce"]
+    assert result.checks["allreduce"].cell == 5 and "cells 3-5" in result.checks["allreduce"].detail
