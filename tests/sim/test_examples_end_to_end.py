@@ -34,42 +34,35 @@ def statuses(cluster, notebook):
     return {name: check.status for name, check in result.checks.items()}, result
 
 
+# bundled example -> whether it runs in TF1 compatibility mode
+EXAMPLES_TF1 = {"keras_single_card.ipynb": False, "custom_loop_single_card.ipynb": False,
+                "estimator_single_card.ipynb": True}
+
+
 @pytest.fixture(scope="module")
-def tf2_cluster():
-    with Cluster(n=2) as cluster:
-        yield cluster
+def cluster_for():
+    """One cluster per (ranks, TF1 mode) for the module, started on first use."""
+    started = {}
+
+    def get(ranks, tf1):
+        if (ranks, tf1) not in started:
+            started[(ranks, tf1)] = Cluster(n=ranks, tf1=tf1).start()
+        return started[(ranks, tf1)]
+
+    yield get
+    for cluster in started.values():
+        cluster.stop()
 
 
-@pytest.mark.parametrize("name", ["keras_single_card.ipynb", "custom_loop_single_card.ipynb"])
-def test_tf2_examples_fixed_by_the_analyzer_pass_and_unfixed_fail(tf2_cluster, name):
-    fixed, _ = statuses(tf2_cluster, example(name, fixed=True))
+@pytest.mark.parametrize("ranks", [2, 4])
+@pytest.mark.parametrize("name", sorted(EXAMPLES_TF1))
+def test_examples_fixed_by_the_analyzer_pass_all_three_checks(cluster_for, name, ranks):
+    fixed, _ = statuses(cluster_for(ranks, EXAMPLES_TF1[name]), example(name, fixed=True))
     assert fixed == ALL_PASS
-    unfixed, result = statuses(tf2_cluster, example(name, fixed=False))
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLES_TF1))
+def test_examples_before_the_fix_fail_shard_and_broadcast(cluster_for, name):
+    unfixed, result = statuses(cluster_for(2, EXAMPLES_TF1[name]), example(name, fixed=False))
     assert unfixed["shard"] == "fail" and unfixed["broadcast"] == "fail", result.checks
     assert "read the same samples" in result.checks["shard"].detail
-
-
-def test_estimator_example_fixed_by_the_analyzer_passes_and_unfixed_fails():
-    with Cluster(n=2, tf1=True) as cluster:
-        fixed, _ = statuses(cluster, example("estimator_single_card.ipynb", fixed=True))
-        assert fixed == ALL_PASS
-        unfixed, result = statuses(cluster, example("estimator_single_card.ipynb", fixed=False))
-        assert unfixed["shard"] == "fail" and unfixed["broadcast"] == "fail", result.checks
-
-
-@pytest.fixture(scope="module")
-def four_rank_cluster():
-    with Cluster(n=4) as cluster:
-        yield cluster
-
-
-@pytest.mark.parametrize("name", ["keras_single_card.ipynb", "custom_loop_single_card.ipynb"])
-def test_tf2_examples_fixed_by_the_analyzer_pass_at_four_ranks(four_rank_cluster, name):
-    fixed, _ = statuses(four_rank_cluster, example(name, fixed=True))
-    assert fixed == ALL_PASS
-
-
-def test_estimator_example_fixed_by_the_analyzer_passes_at_four_ranks():
-    with Cluster(n=4, tf1=True) as cluster:
-        fixed, _ = statuses(cluster, example("estimator_single_card.ipynb", fixed=True))
-    assert fixed == ALL_PASS
