@@ -155,10 +155,11 @@ template <typename T>
 class NpuSimAllReduceOp : public OpKernel {
  public:
   explicit NpuSimAllReduceOp(OpKernelConstruction* context) : OpKernel(context) {
-    OP_REQUIRES_OK(context, context->GetAttr("reduction", &reduction_));
+    std::string reduction;
+    OP_REQUIRES_OK(context, context->GetAttr("reduction", &reduction));
     OP_REQUIRES_OK(context, context->GetAttr("scale", &scale_));
     OP_REQUIRES_OK(context, context->GetAttr("divisor", &divisor_));
-    op_code_ = reduction_ == "sum" ? 1 : reduction_ == "max" ? 2 : reduction_ == "min" ? 3 : 4;
+    op_code_ = reduction == "sum" ? 1 : reduction == "max" ? 2 : reduction == "min" ? 3 : 4;
   }
 
   void Compute(OpKernelContext* context) override {
@@ -183,7 +184,7 @@ class NpuSimAllReduceOp : public OpKernel {
     OP_REQUIRES_OK(context, context->allocate_temp(DataTypeToEnum<T>::value, TensorShape({count}), &send_buffer));
     OP_REQUIRES_OK(context, context->allocate_temp(DataTypeToEnum<T>::value, TensorShape({count}), &receive_buffer));
     T* send = send_buffer.flat<T>().data();
-    const T* receive = receive_buffer.flat<T>().data();
+    T* receive = receive_buffer.flat<T>().data();
     int64_t offset = 0;
     for (int i = 0; i < values.size(); ++i) {
       auto flat = values[i].flat<T>();
@@ -191,7 +192,7 @@ class NpuSimAllReduceOp : public OpKernel {
       offset += flat.size();
     }
 
-    OP_REQUIRES_OK(context, Exchange(send, receive_buffer.flat<T>().data(), count, Crc32(signature)));
+    OP_REQUIRES_OK(context, Exchange(send, receive, count, Crc32(signature)));
 
     const bool floating = std::is_floating_point<T>::value;
     offset = 0;
@@ -242,7 +243,6 @@ class NpuSimAllReduceOp : public OpKernel {
     return OkStatus();
   }
 
-  std::string reduction_;
   float scale_ = 1.0f, divisor_ = 1.0f;
   int op_code_ = 1;
 };

@@ -87,9 +87,9 @@ def _libmpi_path() -> str:
     """The MPI library mpi4py loaded into this process (so handles and functions match)."""
     with open("/proc/self/maps", encoding="utf-8") as maps:
         for line in maps:
-            path = line.split()[-1] if len(line.split()) >= 6 else ""
-            if os.path.basename(path).startswith("libmpi.so"):
-                return path
+            fields = line.split(maxsplit=5)  # address perms offset dev inode [path, spaces kept]
+            if len(fields) == 6 and os.path.basename(fields[5].rstrip()).startswith("libmpi.so"):
+                return fields[5].rstrip()
     raise RuntimeError("mpi4py's MPI library is not loaded in this process")
 
 
