@@ -582,7 +582,7 @@ class _LoopTracker:
         if not self._started:
             self._started = True
             record_weights("start", "optimizer step", [v.name for v in variables], arrays)
-        elif self._steps == 2:
+        elif self._steps == OBSERVED_STEPS:  # the last step a TF2 function lets the probe see
             record_weights("step1", "optimizer step", [v.name for v in variables], arrays)
         self._latest_variables, self._latest_arrays = list(variables), arrays
 
