@@ -5,3 +5,25 @@ never imports TensorFlow. The simulation half lives in :mod:`npu_migrate_nb.sim`
 """
 
 __version__ = "0.1.0"
+
+
+def load_ipython_extension(shell) -> None:
+    """``%load_ext npu_migrate_nb``: the ``%%npu_distribute``, ``%npu_cluster``, ``%npu_sim`` and
+    ``%npu_panel`` magics."""
+    from .magics import load_ipython_extension as load
+
+    load(shell)
+
+
+def unload_ipython_extension(shell) -> None:
+    """``%unload_ext npu_migrate_nb``: the magics go, and any simulated cluster they started stops."""
+    from .magics import unload_ipython_extension as unload
+
+    unload(shell)
+
+
+def panel():
+    """The report of the whole notebook so far (``%npu_panel``)."""
+    from .magics import panel as show
+
+    return show()

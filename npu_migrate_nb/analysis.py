@@ -20,6 +20,10 @@ from .notebook import Notebook
 class Options:
     ranks: int = 8  # rank count literal batch sizes are checked against
     broadcast_style: str = "hooks-append"  # or "hook": NPUBroadcastGlobalVariablesHook appended
+    reduction: Optional[str] = None  # "sum" | "mean" for custom-loop all-reduces; None: from the loss
+    # In a kernel, the cell being run; the others have run already, so a fix that can go in this
+    # cell or an earlier one goes in this one.
+    current_cell: Optional[int] = None
 
 
 @dataclass

@@ -76,6 +76,12 @@ def _add_analysis_options(parser: argparse.ArgumentParser) -> None:
         help="Estimator broadcast: hooks=npu_hooks_append(...) (default) or an explicit "
         "NPUBroadcastGlobalVariablesHook appended to the hook list",
     )
+    parser.add_argument(
+        "--reduction",
+        choices=("sum", "mean"),
+        help="the all-reduce custom loops need (default: from the loss: sum when it is already divided "
+        "by the global batch size, mean otherwise)",
+    )
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -15,7 +15,7 @@ EXIT_OK, EXIT_FINDINGS, EXIT_INPUT = 0, 1, 2
 
 
 def options_from(args) -> Options:
-    return Options(ranks=args.ranks, broadcast_style=args.broadcast_style)
+    return Options(ranks=args.ranks, broadcast_style=args.broadcast_style, reduction=args.reduction)
 
 
 def exit_code_for(analysis: Analysis) -> int:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Dict, List, Mapping, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence
 
 from .analysis import Analysis
 from .findings import STEPS
@@ -74,3 +74,178 @@ def _lines(text: str) -> List[str]:
     if lines and not lines[-1].endswith("\n"):
         lines[-1] += "\n"
     return lines
+
+
+# --------------------------------------------------------------------------- one cell, in a notebook
+
+STATUS_WORDS = {"present": "present", "missing": "missing", "not-applicable": "not applicable"}
+_STEP_NAMES = {"broadcast": "variable broadcast", "allreduce": "gradient aggregation", "shard": "dataset sharding"}
+_STEP_HANZI = {"broadcast": "变量广播", "allreduce": "梯度聚合", "shard": "数据集分片"}
+
+
+def checklist(analysis: Analysis) -> List[Dict[str, str]]:
+    """The three steps in the words users know: name, 变量广播..., and missing / present / not applicable."""
+    return [
+        {"step": step, "name": _STEP_NAMES[step], "hanzi": _STEP_HANZI[step],
+         "status": STATUS_WORDS[analysis.steps[step]]}
+        for step in STEPS
+    ]
+
+
+def cell_findings(analysis: Analysis, cell: int) -> List:
+    return [finding for finding in analysis.findings if finding.cell == cell]
+
+
+def cell_errors(analysis: Analysis, cell: int) -> List:
+    return [error for error in analysis.errors if error.cell == cell]
+
+
+def cell_report_text(analysis: Analysis, cell: int, label: str, labels: Optional[Mapping[int, str]] = None) -> str:
+    """The magic's plain-text report: this cell's findings (``label`` names the cell, e.g. ``cell [5]``),
+    one line for each finding in other cells (``labels`` names them), then the checklist of the
+    notebook so far."""
+    lines = cell_section_text(analysis, cell, label) + elsewhere_lines(analysis, cell, labels or {})
+    return "\n".join(lines + checklist_text(analysis)) + "\n"
+
+
+def elsewhere_lines(analysis: Analysis, cell: int, labels: Mapping[int, str]) -> List[str]:
+    others = [f for f in analysis.findings if f.cell != cell and f.severity != "info"]
+    lines = ["in other cells run so far:"] if others else []
+    for finding in others:
+        where = labels.get(finding.cell, f"cell {finding.cell}")
+        lines.append(f"  {where} line {finding.line}: {finding.message} [{finding.code}]")
+    return lines
+
+
+def notebook_report_text(analysis: Analysis, labels: Mapping[int, str]) -> str:
+    """Every cell with findings (``labels``: cell index -> its name), then the checklist."""
+    lines: List[str] = []
+    for cell in _cells_with_findings(analysis):
+        lines += cell_section_text(analysis, cell, labels.get(cell, f"cell {cell}"))
+    return "\n".join(lines + checklist_text(analysis)) + "\n"
+
+
+def cell_section_text(analysis: Analysis, cell: int, label: str) -> List[str]:
+    findings, errors = cell_findings(analysis, cell), cell_errors(analysis, cell)
+    lines = [f"npu_distribute: {label}: " + _count(findings, errors)]
+    for error in errors:
+        lines.append(f"  line {error.line}:{error.column}: error: {error.message}; the cell was not analyzed")
+    for finding in findings:
+        lines.append(f"  line {finding.line}:{finding.column}: {finding.severity}: {finding.message} [{finding.code}]")
+        if finding.fix:
+            lines += [f"      fix: {fix_line}" for fix_line in finding.fix.splitlines()]
+    return lines
+
+
+def checklist_text(analysis: Analysis) -> List[str]:
+    lines = [_checklist_heading(analysis)]
+    for item in checklist(analysis):
+        lines.append(f"  {item['status']:>14}  {item['name']} ({item['hanzi']})")
+    return lines
+
+
+def _cells_with_findings(analysis: Analysis) -> List[int]:
+    return sorted({f.cell for f in analysis.findings} | {e.cell for e in analysis.errors})
+
+
+def _count(findings, errors) -> str:
+    if errors:
+        return "cannot be analyzed"
+    if not findings:
+        return "nothing missing or wrong here"
+    return f"{len(findings)} finding{'s' if len(findings) != 1 else ''}"
+
+
+def _checklist_heading(analysis: Analysis) -> str:
+    return f"the notebook so far (framework {analysis.framework}, adapter {analysis.adapter or 'none'}):"
+
+
+_CSS = """<style>
+.npu-report{font-family:var(--jp-ui-font-family,sans-serif);font-size:13px;line-height:1.4}
+.npu-report pre{margin:0;font-family:var(--jp-code-font-family,monospace);font-size:12px}
+.npu-code{border:1px solid #ddd;border-collapse:collapse;margin:4px 0}
+.npu-code td{padding:0 6px;vertical-align:top}
+.npu-code .ln{color:#999;text-align:right;user-select:none}
+.npu-code tr.error{background:#fde2e1}.npu-code tr.warning{background:#fff4d6}.npu-code tr.info{background:#e6f0ff}
+.npu-finding{margin:6px 0;padding:4px 8px;border-left:4px solid #d33}
+.npu-finding.warning{border-color:#e6a700}.npu-finding.info{border-color:#3b7dd8}
+.npu-code-name{color:#666;font-family:var(--jp-code-font-family,monospace)}
+.npu-fix{background:#eef8ee;padding:2px 6px;margin-top:2px}
+.npu-steps td{padding:1px 8px}
+.npu-status{font-weight:bold;border-radius:3px;padding:0 6px;color:#fff}
+.npu-status.missing{background:#d33}.npu-status.present{background:#2a8a2a}
+.npu-status.not-applicable{background:#888}
+</style>"""
+
+
+def cell_report_html(analysis: Analysis, cell: int, source: str, label: str,
+                     labels: Optional[Mapping[int, str]] = None) -> str:
+    """The rich report: the cell's code with the affected lines marked, each finding with its fix,
+    the findings of other cells in a line each, and the checklist."""
+    return (_CSS + '<div class="npu-report">' + cell_section_html(analysis, cell, source, label)
+            + elsewhere_html(analysis, cell, labels or {}) + checklist_html(analysis) + "</div>")
+
+
+def elsewhere_html(analysis: Analysis, cell: int, labels: Mapping[int, str]) -> str:
+    lines = elsewhere_lines(analysis, cell, labels)
+    if not lines:
+        return ""
+    items = "".join(f"<li>{_escape(line.strip())}</li>" for line in lines[1:])
+    return f"<div>{_escape(lines[0])}</div><ul>{items}</ul>"
+
+
+def notebook_report_html(analysis: Analysis, sources: Mapping[int, str], labels: Mapping[int, str]) -> str:
+    sections = "".join(
+        cell_section_html(analysis, cell, sources.get(cell, ""), labels.get(cell, f"cell {cell}"))
+        for cell in _cells_with_findings(analysis)
+    )
+    return _CSS + '<div class="npu-report">' + sections + checklist_html(analysis) + "</div>"
+
+
+def cell_section_html(analysis: Analysis, cell: int, source: str, label: str, with_findings: bool = True) -> str:
+    findings, errors = cell_findings(analysis, cell), cell_errors(analysis, cell)
+    parts = [f"<div><b>npu_distribute</b>: {_escape(label)}: {_escape(_count(findings, errors))}</div>"]
+    marks = {}
+    for item in list(errors) + list(findings):
+        severity = getattr(item, "severity", "error")
+        for line in range(item.line, getattr(item, "end_line", item.line) + 1):
+            marks.setdefault(line, (severity, item.message))
+    if marks:
+        parts.append(code_html(source, marks))
+    for error in errors:
+        parts.append(f'<div class="npu-finding error">line {error.line}: {_escape(error.message)}; '
+                     "the cell was not analyzed</div>")
+    if with_findings:
+        parts += [finding_html(finding) for finding in findings]
+    return "".join(parts)
+
+
+def code_html(source: str, marks: Mapping[int, tuple]) -> str:
+    rows = []
+    for number, text in enumerate(source.splitlines() or [""], start=1):
+        severity, message = marks.get(number, ("", ""))
+        title = f' title="{_escape(message)}"' if message else ""
+        rows.append(f'<tr class="{severity}"{title}><td class="ln">{number}</td>'
+                    f"<td><pre>{_escape(text) or ' '}</pre></td></tr>")
+    return f'<table class="npu-code">{"".join(rows)}</table>'
+
+
+def finding_html(finding) -> str:
+    fix = f'<pre class="npu-fix">{_escape(finding.fix)}</pre>' if finding.fix else ""
+    return (f'<div class="npu-finding {finding.severity}">line {finding.line}: <b>{finding.severity}</b> '
+            f'{_escape(finding.message)} <span class="npu-code-name">[{finding.code}]</span>{fix}</div>')
+
+
+def checklist_html(analysis: Analysis) -> str:
+    rows = "".join(
+        f'<tr><td>{item["name"]} ({item["hanzi"]})</td><td><span class="npu-status {step_class}">'
+        f'{item["status"]}</span></td></tr>'
+        for item, step_class in ((item, analysis.steps[item["step"]]) for item in checklist(analysis))
+    )
+    return f'<div>{_escape(_checklist_heading(analysis))}</div><table class="npu-steps">{rows}</table>'
+
+
+def _escape(text: str) -> str:
+    import html
+
+    return html.escape(str(text), quote=True)

@@ -3,6 +3,7 @@ byte outside the edited nodes (formatting, comments, IPython syntax) is kept."""
 
 from __future__ import annotations
 
+import ast
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
@@ -29,20 +30,31 @@ class FixResult:
 
 def plan(analysis: Analysis, codes: Optional[Set[str]] = None) -> List[Edit]:
     """The edits of the selected findings, plus the setup they need (once, where it belongs)."""
+    chosen = _chosen(analysis, codes)
+    edits = [edit for finding in chosen for edit in finding.edits]
+    setup = _setup_for(analysis, edits, codes)
+    if setup is not None:
+        edits.extend(setup[3])
+    return edits
+
+
+def _chosen(analysis: Analysis, codes: Optional[Set[str]]) -> List[Finding]:
+    return [f for f in analysis.findings if f.code != "missing-setup" and (codes is None or f.code in codes)]
+
+
+def _setup_for(analysis: Analysis, edits: Sequence[Edit], codes: Optional[Set[str]]):
+    """The setup plan (cell, facts, anchor statement, edits) that ``edits`` and the existing code need."""
     from .rules.setup import needs_of_existing_code, setup_plan
 
     context = analysis.context
-    chosen = [f for f in analysis.findings if f.code != "missing-setup" and (codes is None or f.code in codes)]
-    edits = [edit for finding in chosen for edit in finding.edits]
+    if context is None:
+        return None
     needs = set()
     for edit in edits:
         needs |= edit.needs
     if codes is None or "missing-setup" in codes:
         needs |= needs_of_existing_code(context)
-    setup = setup_plan(context, needs) if context is not None else None
-    if setup is not None:
-        edits.extend(setup[3])
-    return edits
+    return setup_plan(context, needs)
 
 
 def fix_notebook(notebook: Notebook, analysis: Analysis, codes: Optional[Set[str]] = None) -> FixResult:
@@ -82,6 +94,87 @@ def apply_edits(source: str, edits: Sequence[Edit]) -> str:
 
 def _key(position) -> Tuple[Tuple[int, int], Tuple[int, int]]:
     return (position.start.line, position.start.column), (position.end.line, position.end.column)
+
+
+@dataclass
+class CellFix:
+    """The adapted source of one cell (``source`` is None when nothing changes)."""
+
+    source: Optional[str]
+    applied: List[Finding]
+    elsewhere: List[Finding]  # this cell's findings whose fix changes another cell too: not applied
+    failed: Optional[str] = None
+    setup_moved_here: bool = False  # setup that belongs in an earlier cell was put at the top of this one
+
+
+def fix_cell(notebook: Notebook, analysis: Analysis, index: int, codes: Optional[Set[str]] = None) -> CellFix:
+    """Fix one cell of a notebook whose other cells have already run (the cell magic's ``--apply``).
+
+    Only this cell changes: its findings are fixed here, and the setup they need, when it belongs
+    in another cell (after ``import tensorflow``), goes at the top of this cell instead, because that
+    cell will not run again. The npu_bridge star import also exports a ``tf`` of its own, so the
+    notebook's TensorFlow import follows it again there, keeping the notebook's ``tf``.
+    """
+    mine = [f for f in _chosen(analysis, codes) if f.cell == index]
+    applied = [f for f in mine if f.edits and all(edit.cell == index for edit in f.edits)]
+    elsewhere = [f for f in mine if f.edits and f not in applied]
+    edits = [edit for finding in applied for edit in finding.edits]
+    setup = _setup_for(analysis, edits, codes)
+    source = next(cell.source for cell in notebook.cells if cell.index == index)
+    prefix = ""
+    if setup is not None:
+        setup_cell, anchor_facts, anchor, setup_edits = setup
+        if setup_cell == index:
+            edits.extend(setup_edits)
+        else:
+            lines = _setup_lines_for_a_later_cell(anchor_facts, anchor, setup_edits)
+            first = _first_statement(source)
+            if first is None:
+                prefix = "\n".join(lines) + "\n"
+            else:
+                edits.append(Edit(index, "insert_before", first, first, "\n".join(lines)))
+    if not edits and not prefix:
+        return CellFix(None, [], elsewhere)
+    try:
+        new_source = apply_edits(source, edits) if edits else source
+    except RewriteError as error:
+        return CellFix(None, [], elsewhere, failed=str(error))
+    new_source = _after_magic_lines(new_source, prefix) if prefix else new_source
+    moved = setup is not None and setup[0] != index
+    return CellFix(new_source if new_source != source else None, applied, elsewhere, setup_moved_here=moved)
+
+
+def _setup_lines_for_a_later_cell(anchor_facts, anchor, setup_edits: Sequence[Edit]) -> List[str]:
+    from .rules.setup import BRIDGE_STAR_IMPORT
+
+    lines = [line for edit in setup_edits for line in edit.code.splitlines()]
+    if BRIDGE_STAR_IMPORT in lines and isinstance(anchor, (ast.Import, ast.ImportFrom)):
+        lines.insert(lines.index(BRIDGE_STAR_IMPORT) + 1, anchor_facts.segment(anchor))
+    return lines
+
+
+def _first_statement(source: str) -> Optional[Tuple[int, int]]:
+    from .facts import facts_for
+    from .rules.setup import is_docstring_or_future
+
+    facts = facts_for(source)
+    if facts.tree is None:
+        return None
+    masked_lines = {number + 1 for number in facts.masked.originals}  # IPython lines, now ``pass``
+    first = next(
+        (stmt for stmt in facts.tree.body if not is_docstring_or_future(stmt) and stmt.lineno not in masked_lines),
+        None,
+    )
+    return facts.start(first) if first is not None else None
+
+
+def _after_magic_lines(source: str, text: str) -> str:
+    """``text`` after the cell's leading IPython lines (a ``%%time`` line must stay first)."""
+    lines = source.splitlines(keepends=True)
+    head = 0
+    while head < len(lines) and lines[head].lstrip().startswith(("%", "!")):
+        head += 1
+    return "".join(lines[:head]) + text + "".join(lines[head:])
 
 
 class _EditApplier(cst.CSTTransformer):

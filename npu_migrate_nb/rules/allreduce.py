@@ -214,7 +214,7 @@ class MissingAllreduce(Rule):
             return self.finding(cell, facts, optimizer, message, [replace(cell, facts, optimizer, code, [needs])])
         if isinstance(optimizer, ast.Name):
             creation = _creation_of(context, optimizer.id, site)
-            if creation is not None:
+            if creation is not None and not _ran_already(context, creation[0], cell):
                 c_cell, c_facts, c_site = creation
                 return self.finding(
                     c_cell, c_facts, c_site.node, message,
@@ -246,6 +246,12 @@ class MissingAllreduce(Rule):
                 f"after tape.gradient ({reason})",
                 [edit],
             )
+
+
+def _ran_already(context, creation_cell: int, use_cell: int) -> bool:
+    """In a kernel (the cell magic), the cell that created the optimizer has run and will not run
+    again: wrap it where this cell uses it instead."""
+    return context.options.current_cell == use_cell and creation_cell != use_cell
 
 
 def _wrap_creation(cell: int, facts: CellFacts, site: CallSite, wrapper: str, needs: str) -> Edit:

@@ -21,6 +21,8 @@ SUM, MEAN = "sum", "mean"
 
 def reduction_for(context: "Context", facts: CellFacts, gradient: CallSite) -> Tuple[str, str]:
     """(reduction, reason) for the gradients of ``tape.gradient(loss, ...)``."""
+    if context.options.reduction is not None:
+        return context.options.reduction, f"{context.options.reduction} was chosen with --reduction"
     loss = gradient.argument(0, "target")
     expression = _definition(facts, gradient, loss)
     verdict = _classify(context, facts, expression, depth=0) if expression is not None else None

@@ -127,13 +127,13 @@ def _anchor(context, modules: Tuple[str, ...]):
     if first_import is not None:
         return first_import
     for cell, facts in context.facts.cells:
-        body = [stmt for stmt in facts.tree.body if not _is_docstring_or_future(stmt)]
+        body = [stmt for stmt in facts.tree.body if not is_docstring_or_future(stmt)]
         if body:
             return cell, facts, body[0], "before"
     return None
 
 
-def _is_docstring_or_future(stmt: ast.stmt) -> bool:
+def is_docstring_or_future(stmt: ast.stmt) -> bool:
     if isinstance(stmt, ast.ImportFrom) and stmt.module == "__future__":
         return True
     return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)

@@ -25,14 +25,15 @@ def _real_adapter_present() -> bool:
     return any(importlib.util.find_spec(name) is not None for name in ("npu_bridge", "npu_device"))
 
 
-def enable() -> bool:
-    """Put the stand-ins on ``sys.path`` unless a real adapter is importable.
+def enable(force: bool = False) -> bool:
+    """Put the stand-ins on ``sys.path`` unless a real adapter is importable (``force``: even then,
+    ahead of it).
 
     Returns True when simulation is on (the stand-ins are what ``import npu_bridge`` gives).
     """
     if is_enabled():
         return True
-    if _real_adapter_present():
+    if _real_adapter_present() and not force:
         return False
     sys.path.insert(0, ADAPTER_DIR)
     importlib.invalidate_caches()

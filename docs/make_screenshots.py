@@ -1,0 +1,138 @@
+"""Make the README's screenshots in a real JupyterLab with Debian's chromium (Playwright's Python API).
+
+    python docs/make_screenshots.py            # writes docs/magic-report.png and docs/magic-run.png
+
+Needs the ``lab`` extra, ``pip install playwright`` (the Python package only: the browser is
+``/usr/bin/chromium``, never downloaded) and Debian's ``chromium``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                  "--disable-sync", "--no-first-run", "--disable-quic"]
+
+SETUP = "%load_ext npu_migrate_nb\n%npu_sim on"
+IMPORTS = "import numpy as np\nimport tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()"
+DATA = ("GLOBAL_BATCH = 64\nrng = np.random.RandomState(0)\nx = rng.rand(1024, 8).astype('float32')\n"
+        "y = (x @ rng.rand(8, 1)).astype('float32')")
+TRAIN = ("%%npu_distribute\n"
+         "train_ds = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(1024, seed=1).batch(GLOBAL_BATCH, drop_remainder=True)\n"
+         "model = tf.keras.Sequential([tf.keras.layers.Dense(16, activation='relu', input_shape=(8,)), tf.keras.layers.Dense(1)])\n"
+         "model.compile(optimizer='sgd', loss='mse')\n"
+         "history = model.fit(train_ds, epochs=2, verbose=0)")
+RUN_DATA = "%%npu_distribute --run -n 2\n" + IMPORTS + "\n" + DATA.replace("1024", "4096")
+RUN_TRAIN = ("%%npu_distribute --run\n"
+             "train_ds = tf.data.Dataset.from_tensor_slices((x, y))\n"
+             "train_ds, rank_batch = npu.distribute.shard_and_rebatch_dataset(train_ds, GLOBAL_BATCH)\n"
+             "train_ds = train_ds.shuffle(1024, seed=1).batch(rank_batch, drop_remainder=True)\n"
+             "model = tf.keras.Sequential([tf.keras.layers.Dense(256, activation='relu', input_shape=(8,)), tf.keras.layers.Dense(1)])\n"
+             "npu.distribute.broadcast(model.trainable_variables)\n"
+             "model.compile(optimizer=npu.distribute.npu_distributed_keras_optimizer_wrapper(tf.keras.optimizers.SGD()), loss='mse')\n"
+             "history = model.fit(train_ds, epochs=3, verbose=2)")
+
+
+def notebook(cells):
+    return {
+        "cells": [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": source}
+                  for source in cells],
+        "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+                     "language_info": {"name": "python"}},
+        "nbformat": 4, "nbformat_minor": 5,
+    }
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_lab(directory: str):
+    port, token = free_port(), secrets.token_hex(16)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
+         f"--IdentityProvider.token={token}", "--ServerApp.port_retries=0", "--allow-root",
+         f"--ServerApp.root_dir={directory}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status?token={token}", timeout=1)
+            return process, f"http://127.0.0.1:{port}", token
+        except OSError:
+            time.sleep(0.25)
+    process.kill()
+    raise RuntimeError("jupyter lab did not start")
+
+
+def run_all_and_shoot(page, base, token, name, wait_text, out, cell_index, timeout_ms=60_000):
+    page.goto(f"{base}/lab/tree/{name}?reset&token={token}")
+    page.wait_for_selector("#jupyterlab-splash", state="detached", timeout=60_000)
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
+    try:  # JupyterLab asks which kernel a new notebook gets
+        page.locator(".jp-Dialog button.jp-mod-accept").wait_for(timeout=15_000)
+        page.locator(".jp-Dialog button.jp-mod-accept").click()
+    except Exception:
+        pass
+    page.get_by_text("Python 3 (ipykernel) | Idle").wait_for(timeout=60_000)
+    news = page.locator(".jp-toast-button", has_text="No")
+    if news.count():
+        news.first.click()
+    page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+    page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+    try:
+        page.get_by_text(wait_text).first.wait_for(timeout=timeout_ms)
+    except Exception:
+        page.screenshot(path=out.replace(".png", "-failed.png"), full_page=True)
+        raise
+    page.wait_for_timeout(1500)
+    cell = page.locator(".jp-Notebook .jp-Cell").nth(cell_index)
+    cell.scroll_into_view_if_needed()
+    cell.screenshot(path=out)
+
+
+def main() -> None:
+    from playwright.sync_api import sync_playwright
+
+    work = tempfile.mkdtemp(prefix="npu-shots-")
+    try:
+        with open(os.path.join(work, "report.ipynb"), "w") as stream:
+            json.dump(notebook([SETUP, IMPORTS, DATA, TRAIN]), stream)
+        with open(os.path.join(work, "run.ipynb"), "w") as stream:
+            json.dump(notebook(["%load_ext npu_migrate_nb", RUN_DATA, RUN_TRAIN]), stream)
+        lab, base, token = start_lab(work)
+        try:
+            with sync_playwright() as playwright:
+                browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_FLAGS)
+                page = browser.new_page(viewport={"width": 1280, "height": 1400})
+                run_all_and_shoot(page, base, token, "report.ipynb", "the notebook so far",
+                                  os.path.join(HERE, "magic-report.png"), 3)
+                page = browser.new_page(viewport={"width": 1280, "height": 1100})
+                run_all_and_shoot(page, base, token, "run.ipynb", "each of the 2 ranks read a different first batch",
+                                  os.path.join(HERE, "magic-run.png"), 2)
+                browser.close()
+        finally:
+            lab.terminate()  # the server shuts its kernels down (and they their ranks)
+            try:
+                lab.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(lab.pid, 9)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
