@@ -151,6 +151,10 @@ class CellFacts:
             return byte_column
         return len(text.encode("utf-8")[:byte_column].decode("utf-8", errors="ignore"))
 
+    def is_ipython_line(self, stmt: ast.stmt) -> bool:
+        """Is ``stmt`` the placeholder of a masked IPython line (``%%time``, ``!ls``)?"""
+        return isinstance(stmt, ast.Pass) and (stmt.lineno - 1) in self.masked.originals
+
     def start(self, node: ast.AST) -> Tuple[int, int]:
         return node.lineno, self.char_column(node.lineno, node.col_offset)
 

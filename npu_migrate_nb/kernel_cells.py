@@ -31,6 +31,7 @@ class ExecutedCells:
     def __init__(self, shell=None):
         self._cells: Dict[str, ExecutedCell] = {}  # key -> cell, in the order first run
         self.current: Optional[ExecutedCell] = None
+        self.paused = False  # True while a magic runs a cell's code itself (a nested run_cell)
         self._shell = shell
         if shell is not None:
             self._seed_from_history(shell)
@@ -58,8 +59,8 @@ class ExecutedCells:
 
     def pre_run_cell(self, info) -> None:
         """IPython's ``pre_run_cell`` event: note the cell about to run."""
-        if not getattr(info, "store_history", True) or getattr(info, "silent", False):
-            return  # a nested or silent run (the magic running adapted code) is no cell of the notebook
+        if self.paused or getattr(info, "silent", False):
+            return  # the magic running a cell's code, or a frontend's silent request: no cell of the notebook
         metadata = _request_metadata(self._shell)
         deleted = tuple(str(cell) for cell in metadata.get("deletedCells") or () if isinstance(cell, str))
         count = getattr(self._shell, "execution_count", None)

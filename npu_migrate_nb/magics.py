@@ -144,7 +144,11 @@ class NpuMagics(Magics):
         return new_body
 
     def _run_here(self, body: str):
-        result = self.shell.run_cell(body, store_history=False)
+        self.cells.paused = True
+        try:
+            result = self.shell.run_cell(body, store_history=False)
+        finally:
+            self.cells.paused = False
         if not result.success:
             raise _Failed("npu_distribute: the cell failed (see above)")
         return None

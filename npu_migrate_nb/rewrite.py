@@ -160,9 +160,8 @@ def _first_statement(source: str) -> Optional[Tuple[int, int]]:
     facts = facts_for(source)
     if facts.tree is None:
         return None
-    masked_lines = {number + 1 for number in facts.masked.originals}  # IPython lines, now ``pass``
     first = next(
-        (stmt for stmt in facts.tree.body if not is_docstring_or_future(stmt) and stmt.lineno not in masked_lines),
+        (stmt for stmt in facts.tree.body if not is_docstring_or_future(stmt) and not facts.is_ipython_line(stmt)),
         None,
     )
     return facts.start(first) if first is not None else None

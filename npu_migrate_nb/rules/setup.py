@@ -26,6 +26,11 @@ class MissingSetup(Rule):
             "from npu_bridge.npu_init import *\nimport tensorflow as tf\n"
             "opt = npu_distributed_optimizer_wrapper(tf.train.AdamOptimizer())\n",
         ),
+        # No import to follow: the setup goes before the first statement, after a cell magic's line.
+        Example(
+            "%%time\nopt = npu_distributed_optimizer_wrapper(opt)\n",
+            "%%time\nfrom npu_bridge.npu_init import *\nopt = npu_distributed_optimizer_wrapper(opt)\n",
+        ),
         # npu_device imported but never opened: the distribute APIs would not be live.
         Example(
             "import tensorflow as tf\nimport npu_device as npu\nnpu.distribute.broadcast(model.trainable_variables)\n",
@@ -127,7 +132,7 @@ def _anchor(context, modules: Tuple[str, ...]):
     if first_import is not None:
         return first_import
     for cell, facts in context.facts.cells:
-        body = [stmt for stmt in facts.tree.body if not is_docstring_or_future(stmt)]
+        body = [stmt for stmt in facts.tree.body if not is_docstring_or_future(stmt) and not facts.is_ipython_line(stmt)]
         if body:
             return cell, facts, body[0], "before"
     return None

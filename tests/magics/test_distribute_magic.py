@@ -280,3 +280,25 @@ def test_a_refused_apply_says_why_and_without_the_extension_the_code_to_paste_is
     assert len(pastes) == 4 and "npu_distributed_keras_optimizer_wrapper(optimizer)" in pastes[0]
     notes = [s["value"] for s in states.values() if s.get("_model_name") == "HTMLModel"]
     assert any("paste the adapted cell below" in value for value in notes)
+
+
+def test_in_a_terminal_apply_prints_the_adapted_cell_and_the_report_is_plain_text(tmp_path):
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent('''
+        from IPython.testing.globalipapp import start_ipython
+        shell = start_ipython()
+        shell.run_cell("%load_ext npu_migrate_nb")
+        shell.run_cell("import tensorflow as tf")
+        shell.run_cell("%%npu_distribute --apply --check\\noptimizer = tf.keras.optimizers.SGD(0.1)\\n"
+                       "model.compile(optimizer=optimizer, loss='mse')\\nmodel.fit(x, y)\\n")
+    ''')
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "npu_distribute: the adapted cell (paste it in place of the old one):" in done.stdout
+    assert "%%npu_distribute --apply --check\nimport os\nimport npu_device as npu\nnpu.open().as_default()\n" in done.stdout
+    assert "optimizer = npu.distribute.npu_distributed_keras_optimizer_wrapper(optimizer)" in done.stdout
+    assert "the notebook so far (framework keras" in done.stdout
+    assert "Traceback" not in done.stdout + done.stderr
