@@ -27,3 +27,13 @@ def panel():
     from .magics import panel as show
 
     return show()
+
+
+def _jupyter_labextension_paths():
+    """The NPU Distribute side panel (built from labextension/ into the wheel)."""
+    return [{"src": "labextension", "dest": "npu-migrate-nb"}]
+
+
+def _jupyter_server_extension_points():
+    """``jupyter server extension enable npu_migrate_nb``: the REST handlers of :mod:`.server`."""
+    return [{"module": "npu_migrate_nb.server"}]

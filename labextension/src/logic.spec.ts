@@ -1,0 +1,113 @@
+import { answerReplace, debounce, IAnalysis, lineMarks, planApply, statusWords } from './logic';
+
+const analysis = (over: Partial<IAnalysis>): IAnalysis => ({
+  path: 'nb.ipynb',
+  language: 'python',
+  framework: 'keras',
+  adapter: 'npu_device',
+  steps: { broadcast: 'missing', allreduce: 'present', shard: 'not-applicable' },
+  findings: [],
+  errors: [],
+  ...over
+});
+
+const finding = (cell: number, line: number, endLine: number, severity: 'error' | 'warning' | 'info', code: string) => ({
+  code,
+  step: null,
+  severity,
+  cell,
+  line,
+  column: 1,
+  end_line: endLine,
+  end_column: 5,
+  message: `${code} here`,
+  fix: null
+});
+
+describe('planApply', () => {
+  it('writes every cell the fix changed when nothing changed since the analysis', () => {
+    const analyzed = ['a', 'b', 'c'];
+    expect(planApply(['a', 'b', 'c'], analyzed, ['a', 'B', 'C'])).toEqual({
+      writes: [
+        { index: 1, text: 'B' },
+        { index: 2, text: 'C' }
+      ],
+      stale: []
+    });
+  });
+
+  it('writes nothing when a cell it would change was edited meanwhile', () => {
+    expect(planApply(['a', 'b edited', 'c'], ['a', 'b', 'c'], ['a', 'B', 'c'])).toEqual({ writes: [], stale: [1] });
+  });
+
+  it('ignores edits in cells the fix does not touch', () => {
+    expect(planApply(['a edited', 'b'], ['a', 'b'], ['a', 'B']).writes).toEqual([{ index: 1, text: 'B' }]);
+  });
+
+  it('treats added or removed cells as a stale analysis', () => {
+    const plan = planApply(['a', 'b', 'new'], ['a', 'b'], ['A', 'b']);
+    expect(plan.writes).toEqual([]);
+    expect(plan.stale).toEqual([0, 1]);
+  });
+});
+
+describe('lineMarks', () => {
+  it('marks every line of a finding, per cell, joining messages and keeping the worst severity', () => {
+    const marks = lineMarks(
+      analysis({
+        findings: [finding(2, 3, 4, 'warning', 'double-step-division'), finding(2, 4, 4, 'error', 'missing-broadcast')],
+        errors: [{ cell: 5, line: 1, column: 9, message: 'syntax error' }]
+      })
+    );
+    expect(marks.get(2)).toEqual([
+      { line: 3, severity: 'warning', message: 'double-step-division here [double-step-division]' },
+      { line: 4, severity: 'error', message: 'double-step-division here [double-step-division]\nmissing-broadcast here [missing-broadcast]' }
+    ]);
+    expect(marks.get(5)).toEqual([{ line: 1, severity: 'error', message: 'syntax error' }]);
+    expect(marks.has(0)).toBe(false);
+  });
+});
+
+describe('answerReplace', () => {
+  const request = { action: 'replace-cell' as const, request: '7', cell_id: 'abc', expected: 'x = 1\n', source: 'x = 2\n' };
+
+  it('replaces a cell that still reads what was analyzed (a trailing newline aside)', () => {
+    expect(answerReplace(request, 'x = 1')).toEqual({ write: true, reply: { action: 'replaced', request: '7', ok: true } });
+  });
+
+  it('refuses a cell that changed, and a cell that is gone, saying why', () => {
+    const changed = answerReplace(request, 'x = 10');
+    expect(changed.write).toBe(false);
+    expect(changed.reply.reason).toMatch(/changed since it was analyzed/);
+    expect(answerReplace(request, undefined).reply).toEqual({
+      action: 'replaced',
+      request: '7',
+      ok: false,
+      reason: 'the cell is no longer in the notebook'
+    });
+  });
+});
+
+describe('statusWords and debounce', () => {
+  it('says the statuses in the words users know', () => {
+    expect(['missing', 'present', 'not-applicable'].map(s => statusWords(s as any))).toEqual([
+      'missing',
+      'present',
+      'not applicable'
+    ]);
+  });
+
+  it('calls once after the edits stop', () => {
+    jest.useFakeTimers();
+    const calls: number[] = [];
+    const later = debounce((n: number) => calls.push(n), 100);
+    later(1);
+    jest.advanceTimersByTime(50);
+    later(2);
+    jest.advanceTimersByTime(99);
+    expect(calls).toEqual([]);
+    jest.advanceTimersByTime(1);
+    expect(calls).toEqual([2]);
+    jest.useRealTimers();
+  });
+});

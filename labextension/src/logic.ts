@@ -1,0 +1,182 @@
+/**
+ * What the panel decides, without JupyterLab: which cells an apply may write, which lines to mark,
+ * how a comm request from the kernel is answered. Unit-tested with jest (logic.spec.ts).
+ */
+
+export type StepStatus = 'missing' | 'present' | 'not-applicable';
+
+export interface IFinding {
+  code: string;
+  step: string | null;
+  severity: 'error' | 'warning' | 'info';
+  cell: number;
+  line: number;
+  column: number;
+  end_line: number;
+  end_column: number;
+  message: string;
+  fix: string | null;
+}
+
+export interface ICellError {
+  cell: number;
+  line: number;
+  column: number;
+  message: string;
+}
+
+export interface IAnalysis {
+  path: string;
+  language: string;
+  framework: string;
+  adapter: string | null;
+  steps: { [step: string]: StepStatus };
+  findings: IFinding[];
+  errors: ICellError[];
+}
+
+export const STEPS: Array<{ step: string; name: string; hanzi: string }> = [
+  { step: 'broadcast', name: 'variable broadcast', hanzi: '变量广播' },
+  { step: 'allreduce', name: 'gradient aggregation', hanzi: '梯度聚合' },
+  { step: 'shard', name: 'dataset sharding', hanzi: '数据集分片' }
+];
+
+/** The words users know: missing, present, not applicable. */
+export function statusWords(status: StepStatus | undefined): string {
+  return status === 'not-applicable' ? 'not applicable' : status ?? 'unknown';
+}
+
+export interface IWrite {
+  index: number;
+  text: string;
+}
+
+export interface IApplyPlan {
+  writes: IWrite[];
+  /** Cells whose text changed since the analysis: nothing is written, the notebook is re-analyzed. */
+  stale: number[];
+}
+
+/**
+ * The cells to write: every cell the fix changed, provided that no cell changed since it was
+ * analyzed (a fix computed on old text must not overwrite new text).
+ */
+export function planApply(current: string[], analyzed: string[], fixed: string[]): IApplyPlan {
+  const changed: number[] = [];
+  for (let index = 0; index < fixed.length; index++) {
+    if (fixed[index] !== analyzed[index]) {
+      changed.push(index);
+    }
+  }
+  if (current.length !== analyzed.length) {
+    return { writes: [], stale: analyzed.map((_, index) => index) }; // cells added or removed
+  }
+  const stale = changed.filter(index => current[index] !== analyzed[index]);
+  if (stale.length) {
+    return { writes: [], stale };
+  }
+  return { writes: changed.map(index => ({ index, text: fixed[index] })), stale: [] };
+}
+
+export interface ILineMark {
+  line: number; // 1-based
+  severity: string;
+  message: string;
+}
+
+/** Per cell, the lines to mark, with the message shown on hover (several findings on a line are joined). */
+export function lineMarks(analysis: IAnalysis): Map<number, ILineMark[]> {
+  const byCell = new Map<number, Map<number, ILineMark>>();
+  const add = (cell: number, line: number, severity: string, message: string) => {
+    const lines = byCell.get(cell) ?? new Map<number, ILineMark>();
+    byCell.set(cell, lines);
+    const existing = lines.get(line);
+    if (existing) {
+      existing.message += '\n' + message;
+      if (rank(severity) < rank(existing.severity)) {
+        existing.severity = severity;
+      }
+    } else {
+      lines.set(line, { line, severity, message });
+    }
+  };
+  for (const error of analysis.errors) {
+    add(error.cell, error.line, 'error', error.message);
+  }
+  for (const finding of analysis.findings) {
+    const last = Math.max(finding.line, finding.end_line || finding.line);
+    for (let line = finding.line; line <= last; line++) {
+      add(finding.cell, line, finding.severity, `${finding.message} [${finding.code}]`);
+    }
+  }
+  const result = new Map<number, ILineMark[]>();
+  byCell.forEach((lines, cell) => {
+    result.set(
+      cell,
+      Array.from(lines.values()).sort((a, b) => a.line - b.line)
+    );
+  });
+  return result;
+}
+
+function rank(severity: string): number {
+  return ['error', 'warning', 'info'].indexOf(severity);
+}
+
+/** A ``replace-cell`` request from the kernel (see npu_migrate_nb/frontend.py). */
+export interface IReplaceRequest {
+  action: 'replace-cell';
+  request: string;
+  cell_id: string;
+  expected: string;
+  source: string;
+}
+
+export interface IReplaceReply {
+  action: 'replaced';
+  request: string;
+  ok: boolean;
+  reason?: string;
+}
+
+/**
+ * How to answer a replace-cell request, given the text of the cell with that id now (undefined when
+ * no cell of the notebook has it). ``write`` is true when the cell may be replaced.
+ */
+export function answerReplace(
+  request: IReplaceRequest,
+  currentText: string | undefined
+): { write: boolean; reply: IReplaceReply } {
+  const reply = (ok: boolean, reason?: string): IReplaceReply =>
+    reason === undefined
+      ? { action: 'replaced', request: request.request, ok }
+      : { action: 'replaced', request: request.request, ok, reason };
+  if (currentText === undefined) {
+    return { write: false, reply: reply(false, 'the cell is no longer in the notebook') };
+  }
+  if (trimEnd(currentText) !== trimEnd(request.expected)) {
+    return {
+      write: false,
+      reply: reply(false, 'the cell changed since it was analyzed: run it again')
+    };
+  }
+  return { write: true, reply: reply(true) };
+}
+
+function trimEnd(text: string): string {
+  return text.replace(/\n+$/, '');
+}
+
+/** Call ``fn`` once ``wait`` ms have passed without another call. */
+export function debounce<A extends unknown[]>(fn: (...args: A) => void, wait: number): (...args: A) => void {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  return (...args: A) => {
+    if (timer !== undefined) {
+      clearTimeout(timer);
+    }
+    timer = setTimeout(() => {
+      timer = undefined;
+      fn(...args);
+    }, wait);
+  };
+}

@@ -1,0 +1,319 @@
+/** The NPU Distribute side panel: the checklist, the findings, Apply / Go to, and simulated runs. */
+import { CodeMirrorEditor } from '@jupyterlab/codemirror';
+import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
+import { Widget } from '@lumino/widgets';
+
+import * as api from './api';
+import { cellSources, writeCells } from './apply';
+import { debounce, IAnalysis, IFinding, lineMarks, planApply, STEPS, statusWords } from './logic';
+import { showMarks } from './marks';
+
+export const PANEL_ID = 'npu-migrate-nb-panel';
+const REFRESH_AFTER_EDIT_MS = 800;
+const POLL_MS = 1000;
+
+function element<K extends keyof HTMLElementTagNameMap>(
+  tag: K,
+  attributes: { [name: string]: string } = {},
+  ...children: Array<Node | string>
+): HTMLElementTagNameMap[K] {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attributes)) {
+    node.setAttribute(name, value);
+  }
+  for (const child of children) {
+    node.append(child);
+  }
+  return node;
+}
+
+function sourceText(source: string | string[]): string {
+  return Array.isArray(source) ? source.join('') : source;
+}
+
+export class NpuPanel extends Widget {
+  private notebook: NotebookPanel | null = null;
+  private analysis: IAnalysis | null = null;
+  private analyzedSources: string[] = [];
+  private job: string | null = null;
+  private readonly status = element('div', { class: 'npu-status-line' });
+  private readonly steps = element('table', { class: 'npu-steps' });
+  private readonly findings = element('div', { class: 'npu-findings' });
+  private readonly simulation = element('div', { class: 'npu-simulation' });
+  private readonly ranksInput = element('input', { type: 'number', min: '1', max: '16', value: '2', class: 'npu-ranks' });
+  private readonly simulateButton: HTMLButtonElement;
+  private readonly stopButton: HTMLButtonElement;
+  private readonly scheduleAnalysis = debounce(() => void this.analyze(), REFRESH_AFTER_EDIT_MS);
+
+  constructor(tracker: INotebookTracker) {
+    super();
+    this.id = PANEL_ID;
+    this.addClass('npu-panel');
+    this.title.caption = 'NPU Distribute';
+    const analyzeButton = this.button('Analyze notebook', () => void this.analyze(), 'npu-analyze');
+    const applyAll = this.button('Apply all fixes', () => void this.apply(), 'npu-apply-all');
+    this.simulateButton = this.button('Simulate on 2 ranks', () => void this.simulate(), 'npu-simulate');
+    this.stopButton = this.button('Stop', () => void this.stop(), 'npu-stop');
+    this.stopButton.disabled = true;
+    this.ranksInput.addEventListener('input', () => {
+      this.simulateButton.textContent = `Simulate on ${this.ranks()} ranks`;
+    });
+    this.node.append(
+      element('h2', {}, 'NPU Distribute'),
+      this.status,
+      element('div', { class: 'npu-buttons' }, analyzeButton, applyAll),
+      this.steps,
+      this.findings,
+      element('h3', {}, 'Simulated ranks'),
+      element('div', { class: 'npu-buttons' }, this.simulateButton, element('label', {}, 'ranks ', this.ranksInput), this.stopButton),
+      this.simulation
+    );
+    tracker.currentChanged.connect(() => this.follow(tracker.currentWidget));
+    this.follow(tracker.currentWidget);
+  }
+
+  private button(label: string, onClick: () => void, className: string): HTMLButtonElement {
+    const button = element('button', { class: `jp-Button npu-button ${className}`, type: 'button' }, label);
+    button.addEventListener('click', onClick);
+    return button;
+  }
+
+  private ranks(): number {
+    const value = parseInt(this.ranksInput.value, 10);
+    return Number.isFinite(value) && value >= 1 ? Math.min(value, 16) : 2;
+  }
+
+  // ------------------------------------------------------------------------------ following
+
+  private follow(panel: NotebookPanel | null): void {
+    if (this.notebook === panel) {
+      return;
+    }
+    this.notebook?.content.model?.contentChanged.disconnect(this.onEdit, this);
+    this.notebook = panel;
+    this.analysis = null;
+    this.render();
+    if (!panel) {
+      return;
+    }
+    panel.context.ready.then(() => {
+      if (this.notebook !== panel) {
+        return;
+      }
+      panel.content.model?.contentChanged.connect(this.onEdit, this);
+      void this.analyze();
+    });
+  }
+
+  private onEdit(): void {
+    this.scheduleAnalysis();
+  }
+
+  // ------------------------------------------------------------------------------- analysis
+
+  async analyze(): Promise<void> {
+    const panel = this.notebook;
+    if (!panel || !panel.content.model) {
+      return;
+    }
+    const sources = cellSources(panel);
+    this.status.textContent = 'analyzing...';
+    try {
+      const analysis = await api.analyze(panel.content.model.toJSON(), panel.context.path);
+      if (this.notebook !== panel) {
+        return;
+      }
+      this.analysis = analysis;
+      this.analyzedSources = sources;
+      this.status.textContent = `${panel.context.path}: framework ${analysis.framework}, adapter ${analysis.adapter ?? 'none'}`;
+    } catch (error) {
+      this.status.textContent = `analysis failed: ${(error as Error).message}`;
+    }
+    this.render();
+  }
+
+  private async apply(finding?: IFinding): Promise<void> {
+    const panel = this.notebook;
+    if (!panel || !panel.content.model || !this.analysis) {
+      return;
+    }
+    const analyzed = this.analyzedSources;
+    try {
+      const result = await api.fix(panel.content.model.toJSON(), finding ? [finding.code] : undefined);
+      const fixed = result.notebook.cells.map(cell => sourceText(cell.source));
+      const plan = planApply(cellSources(panel), analyzed, fixed);
+      if (plan.stale.length) {
+        this.status.textContent = 'the notebook changed since it was analyzed: analyzed again, apply again';
+        await this.analyze();
+        return;
+      }
+      writeCells(panel, plan.writes);
+      this.status.textContent = `applied ${result.applied.length} fix(es) in ${plan.writes.length} cell(s)`;
+    } catch (error) {
+      this.status.textContent = `apply failed: ${(error as Error).message}`;
+      return;
+    }
+    await this.analyze();
+  }
+
+  private goTo(finding: IFinding): void {
+    const panel = this.notebook;
+    if (!panel) {
+      return;
+    }
+    const notebook = panel.content;
+    notebook.activeCellIndex = finding.cell;
+    void notebook.scrollToItem(finding.cell).then(() => {
+      const cell = notebook.widgets[finding.cell];
+      if (!cell || !cell.editor) {
+        return;
+      }
+      notebook.mode = 'edit';
+      cell.editor.setCursorPosition({ line: finding.line - 1, column: Math.max(0, finding.column - 1) });
+      cell.editor.focus();
+    });
+  }
+
+  // -------------------------------------------------------------------------------- drawing
+
+  private render(): void {
+    const analysis = this.analysis;
+    this.steps.replaceChildren();
+    this.findings.replaceChildren();
+    if (!this.notebook) {
+      this.status.textContent = 'open a notebook to analyze it';
+    }
+    if (!analysis) {
+      return;
+    }
+    for (const { step, name, hanzi } of STEPS) {
+      const status = analysis.steps[step];
+      this.steps.append(
+        element(
+          'tr',
+          { 'data-step': step },
+          element('td', {}, `${name} (${hanzi})`),
+          element('td', {}, element('span', { class: `npu-step npu-step-${status}` }, statusWords(status)))
+        )
+      );
+    }
+    for (const error of analysis.errors) {
+      this.findings.append(
+        element('div', { class: 'npu-finding npu-error' }, `cell ${error.cell} line ${error.line}: ${error.message}`)
+      );
+    }
+    for (const finding of analysis.findings) {
+      this.findings.append(this.findingRow(finding));
+    }
+    if (!analysis.findings.length && !analysis.errors.length) {
+      this.findings.append(element('div', { class: 'npu-none' }, 'nothing missing or wrong'));
+    }
+    this.markEditors(analysis);
+  }
+
+  private findingRow(finding: IFinding): HTMLElement {
+    const row = element(
+      'div',
+      { class: `npu-finding npu-${finding.severity}`, 'data-code': finding.code },
+      element('div', {}, element('b', {}, finding.severity), ` cell ${finding.cell} line ${finding.line}: ${finding.message} `, element('code', {}, `[${finding.code}]`))
+    );
+    if (finding.fix) {
+      row.append(element('pre', { class: 'npu-fix' }, finding.fix));
+    }
+    const actions = element('div', { class: 'npu-buttons' }, this.button('Go to', () => this.goTo(finding), 'npu-goto'));
+    if (finding.fix) {
+      actions.append(this.button('Apply', () => void this.apply(finding), 'npu-apply'));
+    }
+    row.append(actions);
+    return row;
+  }
+
+  private markEditors(analysis: IAnalysis): void {
+    const panel = this.notebook;
+    if (!panel) {
+      return;
+    }
+    const marks = lineMarks(analysis);
+    panel.content.widgets.forEach((cell, index) => {
+      if (cell.editor instanceof CodeMirrorEditor) {
+        showMarks(cell.editor, marks.get(index) ?? []);
+      }
+    });
+  }
+
+  // ----------------------------------------------------------------------------- simulation
+
+  private async simulate(): Promise<void> {
+    const panel = this.notebook;
+    if (!panel || !panel.content.model || this.job) {
+      return;
+    }
+    this.simulation.replaceChildren(element('div', {}, 'starting the simulated ranks...'));
+    try {
+      const { id } = await api.startSimulation(panel.content.model.toJSON(), panel.context.path, this.ranks());
+      this.job = id;
+      this.stopButton.disabled = false;
+      this.simulateButton.disabled = true;
+      await this.poll(id);
+    } catch (error) {
+      this.simulation.replaceChildren(element('div', { class: 'npu-error' }, `simulation failed: ${(error as Error).message}`));
+    }
+  }
+
+  private async poll(id: string): Promise<void> {
+    while (this.job === id) {
+      const job = await api.simulation(id);
+      this.drawJob(job);
+      if (job.state === 'done' || job.state === 'failed' || job.state === 'stopped') {
+        break;
+      }
+      await new Promise(resolve => setTimeout(resolve, POLL_MS));
+    }
+    if (this.job === id) {
+      this.job = null;
+    }
+    this.stopButton.disabled = true;
+    this.simulateButton.disabled = false;
+  }
+
+  private async stop(): Promise<void> {
+    const id = this.job;
+    if (!id) {
+      return;
+    }
+    await api.stopSimulation(id);
+    const job = await api.simulation(id);
+    this.job = null;
+    this.drawJob(job);
+  }
+
+  private drawJob(job: api.IJob): void {
+    const progress = element('progress', { max: String(Math.max(job.cells_total, 1)), value: String(job.cells_done) });
+    const parts: HTMLElement[] = [
+      element('div', { class: 'npu-job-state', 'data-state': job.state }, `${job.state}: ${job.cells_done}/${job.cells_total} cells on ${job.ranks} ranks`),
+      progress
+    ];
+    for (const rank of Object.keys(job.output).sort((a, b) => Number(a) - Number(b))) {
+      parts.push(element('details', { class: 'npu-rank' }, element('summary', {}, `rank ${rank}`), element('pre', {}, job.output[rank])));
+    }
+    for (const message of job.messages) {
+      parts.push(element('div', { class: 'npu-message' }, message));
+    }
+    if (job.result) {
+      const table = element('table', { class: 'npu-checks' });
+      for (const [name, check] of Object.entries(job.result.check_details)) {
+        table.append(
+          element(
+            'tr',
+            { 'data-check': name },
+            element('td', {}, name),
+            element('td', {}, element('span', { class: `npu-check npu-check-${check.status}` }, check.status)),
+            element('td', {}, check.detail)
+          )
+        );
+      }
+      parts.push(table);
+    }
+    this.simulation.replaceChildren(...parts);
+  }
+}

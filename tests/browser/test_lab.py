@@ -1,0 +1,101 @@
+"""End to end in a real browser against a real ``jupyter lab``: the NPU Distribute panel analyzes,
+applies (undoably), and simulates; a ``%%npu_distribute`` widget's Apply changes its cell through the
+comm route."""
+
+import pytest
+
+from .conftest import ARTIFACTS, cell_texts, open_notebook, write_notebook
+
+pytestmark = pytest.mark.sim  # the simulate step starts ranks
+PANEL_TAB = 'li.lm-TabBar-tab[data-id="npu-migrate-nb-panel"]'
+
+
+def open_panel(page):
+    page.locator(PANEL_TAB).click()
+    panel = page.locator("#npu-migrate-nb-panel")
+    panel.wait_for(state="visible")
+    return panel
+
+
+def step_statuses(panel):
+    return {row.get_attribute("data-step"): row.locator(".npu-step").inner_text()
+            for row in panel.locator(".npu-steps tr").all()}
+
+
+def wait_for_steps(page, panel, expected, timeout=30_000):
+    page.wait_for_function(
+        """([expected]) => {
+            const rows = document.querySelectorAll('#npu-migrate-nb-panel .npu-steps tr');
+            const seen = {};
+            rows.forEach(row => { seen[row.dataset.step] = row.querySelector('.npu-step').textContent; });
+            return Object.entries(expected).every(([step, status]) => seen[step] === status);
+        }""",
+        arg=[expected], timeout=timeout,
+    )
+
+
+def test_analyze_apply_undo_and_simulate_from_the_panel(lab, browser):
+    name = write_notebook(lab.root, "keras_single_card.ipynb", None, from_example="keras_single_card.ipynb")
+    page = open_notebook(browser, lab, name, kernel=False)
+    before = cell_texts(page)
+    panel = open_panel(page)
+    panel.locator("button.npu-analyze").click()
+    missing = {"broadcast": "missing", "allreduce": "missing", "shard": "missing"}
+    wait_for_steps(page, panel, missing)
+    assert panel.locator(".npu-finding").count() >= 3
+    assert page.locator(".jp-Notebook .npu-mark-error").count() >= 3  # the lines marked in the editors
+    marked = page.locator(".jp-Notebook .npu-mark-error").first.get_attribute("title")
+    assert "[missing-" in marked
+
+    panel.locator("button.npu-apply-all").click()
+    present = {"broadcast": "present", "allreduce": "present", "shard": "present"}
+    wait_for_steps(page, panel, present)
+    after = cell_texts(page)
+    assert after != before
+    assert any("shard_and_rebatch_dataset" in text for text in after)
+    assert any("npu_distributed_keras_optimizer_wrapper" in text for text in after)
+    assert page.locator(".jp-Notebook .npu-mark-error").count() == 0
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "panel.png"))
+
+    # Undo in the cell the broadcast went into: that step is missing again (the panel re-analyzes by itself).
+    changed = next(i for i, (old, new) in enumerate(zip(before, after)) if old != new and "broadcast" in new)
+    editor = page.locator(".jp-Notebook .jp-Cell").nth(changed).locator(".cm-content")
+    editor.click()
+    page.keyboard.press("Control+z")
+    wait_for_steps(page, panel, {"broadcast": "missing"})
+    assert cell_texts(page)[changed] == before[changed]
+    page.keyboard.press("Control+Shift+z")  # redo
+    wait_for_steps(page, panel, present)
+
+    panel.locator("button.npu-simulate").click()
+    page.wait_for_selector("#npu-migrate-nb-panel .npu-job-state[data-state='done']", timeout=240_000)
+    checks = {row.get_attribute("data-check"): row.locator(".npu-check").inner_text()
+              for row in panel.locator(".npu-checks tr").all()}
+    assert checks == {"broadcast": "pass", "allreduce": "pass", "shard": "pass"}, panel.inner_text()
+    assert "Epoch" in panel.locator(".npu-rank pre").first.inner_text()
+    page.screenshot(path=str(ARTIFACTS / "panel-simulated.png"))
+    page.close()
+
+
+def test_apply_in_the_magic_widget_changes_its_cell_through_the_comm(lab, browser):
+    cells = [
+        "%load_ext npu_migrate_nb",
+        "import tensorflow as tf\noptimizer = tf.keras.optimizers.SGD(0.1)",
+        "%%npu_distribute --check\nmodel = tf.keras.Sequential([tf.keras.layers.Dense(1)])\n"
+        "model.compile(optimizer=optimizer, loss='mse')\nmodel.fit(x, y, batch_size=32)",
+    ]
+    name = write_notebook(lab.root, "magic.ipynb", cells)
+    page = open_notebook(browser, lab, name)
+    page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+    page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+    report = page.locator(".jp-Notebook .jp-Cell").nth(2).locator(".jp-OutputArea")
+    apply_button = report.locator("button", has_text="Apply").first
+    apply_button.wait_for(timeout=120_000)
+    apply_button.click()
+    report.get_by_text("applied").first.wait_for(timeout=20_000)
+    text = cell_texts(page)[2]
+    assert text.startswith("%%npu_distribute --check")
+    assert "npu_distributed_keras_optimizer_wrapper(optimizer)" in text, text
+    page.screenshot(path=str(ARTIFACTS / "magic-apply.png"))
+    page.close()
