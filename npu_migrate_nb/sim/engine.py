@@ -4,8 +4,8 @@
 before user code happens here, in the engine process itself and before it registers with the
 controller: the Ascend environment for its MPI rank, the simulated adapter, per-rank seeds,
 TensorFlow (imported while the controller is still starting, which is what makes startup fast),
-TF1 compatibility mode, the run-time probes, and a watcher that tells the runner which collective
-this rank is waiting in.
+TF1 compatibility mode, the run-time probes, a watcher that tells the runner which collective
+this rank is waiting in, and one that tells it where training is (``rank-{rank}.progress``).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import signal
 import sys
 import threading
 import time
+from typing import Optional
 
 # The runner passes its settings in this variable (JSON): job_id, rank_table, state_dir, tf1, seed.
 SETTINGS_VARIABLE = "NPU_SIM_ENGINE"
@@ -51,6 +52,7 @@ def prepare_rank(rank: int, size: int, settings: dict) -> None:
     _import_tensorflow(seed, tf1=bool(settings.get("tf1")))
     if state_dir:
         start_collective_watcher(os.path.join(state_dir, f"rank-{rank}.collective"))
+        start_progress_watcher(progress_path(state_dir, rank))
 
 
 def reseed_rank(base_seed: int) -> int:
@@ -189,6 +191,70 @@ def start_collective_watcher(path: str, period: float = 0.1) -> threading.Thread
     thread = threading.Thread(target=watch, name="npu-sim-collective-watcher", daemon=True)
     thread.start()
     return thread
+
+
+def progress_path(state_dir: str, rank: int) -> str:
+    return os.path.join(state_dir, f"rank-{rank}.progress")
+
+
+def start_progress_watcher(path: str, period: float = 0.2) -> Optional[threading.Thread]:
+    """Keep ``path`` holding where the rank's training call is (Keras ``fit``, ``Estimator.train``).
+
+    The file is one JSON object, :func:`probes._Progress.snapshot`: ``running`` (bool), ``kind``
+    ("keras" | "estimator"), ``cell``, ``call`` (the training call's number in this rank),
+    ``epoch`` (1-based; 0 before the first epoch begins; None for an Estimator), ``epochs``,
+    ``step`` (steps done in the epoch), ``steps`` (steps per epoch, or of the Estimator call; None
+    while unknown) and ``metrics`` (the last finished epoch's logs: numbers, null for NaN and
+    infinities). It does not exist before the rank's first training call; after one, it keeps its
+    last state with ``running`` false.
+
+    Written atomically and only when it changed, by this thread: every ``period`` s (reading the
+    step while the main thread trains) and at once when a training call ends. The probes' end of a
+    cell writes it too, in the main thread, before the cell's records (and reply) leave. No probes
+    (TensorFlow not importable): no thread.
+    """
+    probes = sys.modules.get("npu_migrate_nb.sim.probes")
+    if probes is None:
+        return None
+    lock = threading.Lock()
+    wake = threading.Event()
+    written = [None]
+
+    def publish() -> None:
+        # The snapshot is taken under the lock: a write of an older snapshot never follows a newer one.
+        with lock:
+            state = probes.progress.snapshot()
+            if state is None:
+                return
+            text = json.dumps(state, sort_keys=True, allow_nan=False)
+            if text != written[0]:
+                _write_atomically(path, text)
+                written[0] = text
+
+    def watch() -> None:
+        while True:
+            wake.wait(period)
+            wake.clear()
+            try:
+                publish()
+            except Exception:  # the state directory went away with the cluster, or a bad read
+                pass
+
+    probes.progress.publisher = publish
+    probes.progress.wake = wake.set
+    thread = threading.Thread(target=watch, name="npu-sim-progress-watcher", daemon=True)
+    thread.start()
+    return thread
+
+
+def read_progress(path: str) -> Optional[dict]:
+    """The progress a rank last wrote to ``path`` (see :func:`start_progress_watcher`), or None."""
+    try:
+        with open(path, encoding="utf-8") as stream:
+            data = json.load(stream)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def _current_collective():

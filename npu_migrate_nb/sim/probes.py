@@ -24,6 +24,10 @@ Installed in every rank before user code (:func:`install`). What it watches:
 
 Records stay in the rank (no communication: a probe must never add a collective that could be
 issued on some ranks only); the runner collects them after each cell with :func:`take_records`.
+
+The same probes tell where training is (:data:`progress`): the Keras callback at train and epoch
+boundaries, the step in between read by the engine's progress watcher thread from Keras' own step
+counter (``model._train_counter``); the Estimator hook counts its steps in ``after_run``.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import functools
 import hashlib
 import inspect
 import itertools
+import math
 import time
 import threading
 import weakref
@@ -59,8 +64,10 @@ def begin_cell(cell: int) -> None:
 
 
 def end_cell() -> List[dict]:
-    """Close the cell: read the custom-loop variables once more, hand over the records."""
+    """Close the cell: read the custom-loop variables once more, write the progress file out (its
+    last state, if the watcher has not yet), hand over the records."""
     _loop_tracker.record_end_values()
+    progress.flush()
     return take_records()
 
 
@@ -222,6 +229,109 @@ class _Busy:
         _state.depth -= 1
 
 
+# ------------------------------------------------------------------------------------ progress
+
+
+class _Progress:
+    """Where the training call of this rank is (Keras ``fit``, ``Estimator.train``).
+
+    Written by the probes in the rank's main thread at train and epoch boundaries only; read by the
+    engine's progress watcher thread (:func:`snapshot`), which also reads the step: the state and
+    the step reader are replaced together as one tuple, never mutated, so a reader needs no lock.
+    The engine sets ``wake`` (the watcher writes the file now, in its own thread: training never
+    waits for a file) and ``publisher`` (writes it in the calling thread: :func:`end_cell`, so that
+    the runner finds a cell's last state in the file when the cell is over)."""
+
+    def __init__(self):
+        self._current: Optional[tuple] = None  # (public fields, step reader or None)
+        self._calls = 0
+        self.wake = None
+        self.publisher = None
+
+    def begin(self, kind: str, **fields) -> int:
+        """A training call starts; returns its number (1-based, counted in this rank)."""
+        self._calls += 1
+        state = {"running": True, "kind": kind, "cell": _cell, "call": self._calls,
+                 "epoch": None, "epochs": None, "step": 0, "steps": None, "metrics": {}}
+        state.update(fields)
+        self._current = (state, None)
+        return self._calls
+
+    def update(self, call: int, read_step=None, **fields) -> None:
+        """New fields for training call ``call`` (ignored once another one started); ``read_step``:
+        a function giving the step now (None: ``fields`` hold it)."""
+        current = self._current
+        if current is None or current[0]["call"] != call:
+            return
+        self._current = ({**current[0], **fields}, read_step)
+
+    def finish(self, call: int, **fields) -> None:
+        current = self._current
+        if current is None or current[0]["call"] != call or not current[0]["running"]:
+            return
+        step = self._read(current[1])
+        if step is not None:
+            fields.setdefault("step", step)
+        self.update(call, None, running=False, **fields)
+        self._call_hook(self.wake)
+
+    def flush(self) -> None:
+        self._call_hook(self.publisher)
+
+    @staticmethod
+    def _call_hook(hook) -> None:
+        if hook is not None:
+            try:
+                hook()
+            except Exception:  # progress is for show: it must never break training
+                pass
+
+    @staticmethod
+    def _read(read_step) -> Optional[int]:
+        if read_step is None:
+            return None
+        try:
+            return int(read_step())
+        except Exception:
+            return None
+
+    def snapshot(self) -> Optional[dict]:
+        """The public state (JSON-ready), the step read now; None before any training call."""
+        current = self._current
+        if current is None:
+            return None
+        state, read_step = current
+        step = self._read(read_step)
+        if step is None:
+            return dict(state)
+        steps = state.get("steps")
+        # A read a moment after the epoch ended, before the next one's reader was set: clamp.
+        step = max(0, step if not steps else min(step, steps))
+        return {**state, "step": step}
+
+
+progress = _Progress()
+
+
+def _read_counter(counter) -> Optional[int]:
+    try:
+        return int(counter.numpy())
+    except Exception:
+        return None
+
+
+def _scalar_logs(logs) -> dict:
+    """An epoch's scalar logs as numbers, null for NaN and infinities (the file is strict JSON)."""
+    metrics = {}
+    for name, value in (logs or {}).items():
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            continue
+        metrics[str(name)] = number if math.isfinite(number) else None
+    return metrics
+
+
 # ------------------------------------------------------------------------------- input batches
 
 
@@ -326,8 +436,57 @@ def _make_fit_callback(model):
             self._started = False
             self._original = None
             self._wrapper = None
+            self._call: Optional[int] = None  # this fit's number in `progress`
+            self._counter = None  # Keras' step counter, when it can be read from another thread
+            self._steps: Optional[int] = None
+            self._base: Optional[int] = None  # the counter at the start of the epoch, when known
+
+        # Progress: epoch hooks only, one read of the step counter per epoch (at its end, and at the
+        # first one's begin); the step in between is read by the engine's watcher thread (batch
+        # hooks would cost every step).
+        def _begin_progress(self):
+            params = self.params or {}
+            self._steps = params.get("steps")
+            counter = getattr(model, "_train_counter", None)
+            self._counter = counter if counter is not None and tf.executing_eagerly() else None
+            self._base = None  # read at the first epoch's begin; later ones begin where the last ended
+            self._call = progress.begin("keras", epoch=0, epochs=params.get("epochs"), steps=self._steps)
+
+        def on_epoch_begin(self, epoch, logs=None):
+            if self._call is None:
+                return
+            counter = self._counter
+            read_step = None
+            if counter is not None:
+                if self._base is None:
+                    self._base = _read_counter(counter)
+                base = self._base
+                if base is not None:
+                    read_step = lambda: int(counter.numpy()) - base  # noqa: E731
+            progress.update(self._call, read_step, epoch=epoch + 1, step=0, steps=self._steps)
+
+        def on_epoch_end(self, epoch, logs=None):
+            if self._call is None:
+                return
+            fields = {"epoch": epoch + 1, "metrics": _scalar_logs(logs)}
+            count = _read_counter(self._counter) if self._counter is not None else None
+            if count is not None and self._base is not None:
+                fields["step"] = count - self._base
+                if self._steps is None:  # an unknown-length dataset: the next epochs are as long
+                    self._steps = count - self._base
+                fields["steps"] = self._steps
+            elif self._steps is not None:
+                fields["step"] = self._steps
+            self._base = count  # the next epoch starts here (validation does not count)
+            progress.update(self._call, None, **fields)
+
+        def finish_progress(self):
+            if self._call is not None:
+                progress.finish(self._call)
+                self._counter = None  # no reference to the model's variables after the fit
 
         def on_train_begin(self, logs=None):
+            self._begin_progress()
             original = getattr(model, "train_function", None)
             if original is None or self._started:
                 return
@@ -361,6 +520,7 @@ def _make_fit_callback(model):
 
         def on_train_end(self, logs=None):
             self.detach()
+            self.finish_progress()
             if self._started:
                 _record_model_weights("end", model)
 
@@ -403,6 +563,7 @@ def _wrap_fit(original):
                 return original(*bound.args, **bound.kwargs)
         finally:
             probe.detach()  # fit raised before on_train_end: never leave the wrapper in the model
+            probe.finish_progress()
 
     fit._npu_probe = True
     return fit
@@ -411,18 +572,26 @@ def _wrap_fit(original):
 # ---------------------------------------------------------------------------------- Estimator
 
 
-def _make_estimator_hook(input_fn_box: dict):
+def _make_estimator_hook(input_fn_box: dict, steps: Optional[int] = None, max_steps: Optional[int] = None):
+    """``steps``/``max_steps``: those of ``train``, for the progress (how many steps this call runs)."""
     import tensorflow as tf
 
     v1 = tf.compat.v1
 
     class ProbeHook(v1.train.SessionRunHook):
-        """Appended last; reads in the first before_run, i.e. after every after_create_session."""
+        """Appended last; reads in the first before_run, i.e. after every after_create_session.
+        Counts the steps in after_run (MonitoredSession calls every hook's after_run anyway)."""
+
+        def __init__(self):
+            super().__init__()
+            self.steps_done = 0
+            self.call: Optional[int] = None  # this train call's number in `progress`
 
         def begin(self):
             self._variables = v1.trainable_variables()
             self._started = False
             self._first_batches = []
+            self._global_step = v1.train.get_global_step() if max_steps and not steps else None
             dataset = input_fn_box.get("dataset")
             if dataset is not None and getattr(dataset, "_graph", None) is v1.get_default_graph():
                 self._first_batches = [self._first_batch_of(dataset) for _ in range(2)]
@@ -433,6 +602,7 @@ def _make_estimator_hook(input_fn_box: dict):
             return iterator.initializer, iterator.get_next()
 
         def after_create_session(self, session, coord):
+            self._begin_progress(session)
             if not self._first_batches:
                 return
             batches = []
@@ -449,7 +619,26 @@ def _make_estimator_hook(input_fn_box: dict):
                 self._record("start", run_context.session)
             return None
 
+        def after_run(self, run_context, run_values):
+            self.steps_done += 1
+
+        def _begin_progress(self, session):
+            planned = steps
+            if planned is None and self._global_step is not None:
+                try:
+                    planned = max(0, int(max_steps) - int(session.run(self._global_step)))
+                except Exception:
+                    planned = None
+            self.steps_done = 0
+            self.call = progress.begin("estimator", steps=planned)
+            progress.update(self.call, lambda: self.steps_done)
+
+        def finish_progress(self):
+            if self.call is not None:
+                progress.finish(self.call)
+
         def end(self, session):
+            self.finish_progress()
             if self._started:
                 self._record("end", session)
 
@@ -513,7 +702,8 @@ def _wrap_estimator_train(original):
         box: dict = {}
         arguments["input_fn"] = _wrap_input_fn(arguments["input_fn"], box)
         hooks = arguments.get("hooks")
-        arguments["hooks"] = list(hooks or []) + [_make_estimator_hook(box)]
+        probe = _make_estimator_hook(box, arguments.get("steps"), arguments.get("max_steps"))
+        arguments["hooks"] = list(hooks or []) + [probe]
         # An Estimator builds its graph with config.tf_random_seed: unset, its initial weights come
         # from the clock. Give it the rank's seed (still different per rank, as on real cards, but
         # reproducible, so a single-card run starts where rank 0 did).
@@ -525,6 +715,7 @@ def _wrap_estimator_train(original):
             with _Busy():
                 return original(*bound.args, **bound.kwargs)
         finally:
+            probe.finish_progress()  # train raised before the hook's end
             if seeded:
                 self._config = config
 

@@ -9,6 +9,10 @@ rank. Faults stop the whole cluster and say what happened:
   which collective, and which finished;
 * an interrupt (Ctrl-C, or Jupyter's stop button, which is SIGINT to the kernel): every rank stops.
 
+While a cell runs, an optional ``progress(rank, data)`` callback hears each rank's training progress
+(Keras ``fit``, ``Estimator.train``) whenever it changes: ``data`` is the rank's progress file, see
+:func:`.engine.start_progress_watcher`.
+
 After the cells, the probes' records from every rank are judged by :mod:`.checks`.
 ``run_command`` is the ``npu-migrate-nb run`` door.
 """
@@ -22,12 +26,13 @@ import re
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, TextIO
+from typing import Callable, Dict, List, Optional, TextIO
 
 from ..ipython_syntax import mask
 from ..notebook import InputError, Notebook, load
 from . import checks as checks_module
 from .cluster import Cluster, ClusterError
+from .engine import progress_path
 
 EXIT_OK, EXIT_FAILED, EXIT_INPUT = 0, 1, 2
 POLL_SECONDS = 0.05
@@ -117,13 +122,18 @@ class Runner:
     """Cells to ranks. One Runner per cluster session; records accumulate across cells."""
 
     def __init__(self, cluster: Cluster, timeout: float = 300.0, echo: Optional[TextIO] = None,
-                 errors: Optional[TextIO] = None):
+                 errors: Optional[TextIO] = None, progress: Optional[Callable[[int, dict], None]] = None):
+        """``progress(rank, data)``: called while a cell runs, each time a rank's training progress
+        changed (``data``: see :func:`.engine.start_progress_watcher`); its exceptions are ignored."""
         self.cluster = cluster
         self.timeout = timeout
         self.echo = echo if echo is not None else sys.stdout
         self.errors = errors if errors is not None else sys.stderr
         self.records: Dict[int, List[dict]] = {rank: [] for rank in range(cluster.n)}
         self.stopped_after: Optional[int] = None  # the cell after which the cluster was stopped
+        self.progress = progress
+        self._progress_files = _ProgressFiles(cluster) if progress is not None else None
+        self._progress_failed = False
 
     # --------------------------------------------------------------------------- notebooks
 
@@ -234,6 +244,8 @@ class Runner:
         from . import probes
 
         view = self.cluster.view
+        if self._progress_files is not None:
+            self._progress_files.mark()  # what the ranks wrote before this cell is not news
         view.apply(probes.begin_cell, index)
         result = view.execute(code, silent=False)
         watch = _Watch(self, index, result)
@@ -247,7 +259,8 @@ class Runner:
             print(fault.message, file=self.errors)
             return outcome
         outcome = watch.outcome()
-        self._collect_records(probes)
+        self._collect_records(probes)  # the ranks write their last progress first
+        self.poll_progress()
         return outcome
 
     def _collect_records(self, probes) -> None:
@@ -262,6 +275,23 @@ class Runner:
     def _stop(self, index: int) -> None:
         self.stopped_after = index
         self.cluster.stop()
+
+    def poll_progress(self) -> None:
+        """Call ``progress`` for each rank whose progress file changed since the last look."""
+        if self._progress_files is None:
+            return
+        try:
+            changes = self._progress_files.changes()
+        except Exception:
+            return
+        for rank, data in changes:
+            try:
+                self.progress(rank, data)
+            except Exception as error:  # a UI's problem must not stop the ranks
+                if not self._progress_failed:
+                    self._progress_failed = True
+                    print(f"(progress display failed, ignored from now on: {type(error).__name__}: {error})",
+                          file=self.errors)
 
 
 def runnable_code(source: str) -> Optional[str]:
@@ -298,6 +328,7 @@ class _Watch:
         while True:
             finished = self.finished_ranks()
             self.stream_output()
+            self.runner.poll_progress()
             if len(finished) == len(self.msg_ids):
                 self.stream_output(final=True)
                 self.show_errors()
@@ -434,6 +465,62 @@ class _Watch:
             else:
                 parts.append(f"rank {rank} is still running{where}")
         return "; ".join(parts)
+
+
+class _ProgressFiles:
+    """The ranks' progress files (``rank-{rank}.progress`` in the cluster's state directory), read
+    only when their stat changed (each write replaces the file: a new inode and mtime) and reported
+    only when their text did."""
+
+    def __init__(self, cluster: Cluster):
+        self.cluster = cluster
+        self._stats: Dict[int, tuple] = {}
+        self._texts: Dict[int, str] = {}
+
+    def _stat(self, rank: int) -> Optional[tuple]:
+        state_dir = self.cluster.state_dir
+        if not state_dir:
+            return None
+        try:
+            stat = os.stat(progress_path(state_dir, rank))
+        except OSError:
+            return None
+        return stat.st_ino, stat.st_mtime_ns, stat.st_size
+
+    def mark(self) -> None:
+        """Take the files as they are now as already reported."""
+        for rank in self.cluster.ranks:
+            stat = self._stat(rank)
+            if stat is not None and stat != self._stats.get(rank):
+                self._stats[rank] = stat
+                self._texts[rank] = self._read(rank) or ""
+
+    def _read(self, rank: int) -> Optional[str]:
+        try:
+            with open(progress_path(self.cluster.state_dir, rank), encoding="utf-8") as stream:
+                return stream.read()
+        except (OSError, TypeError):
+            return None
+
+    def changes(self) -> List[tuple]:
+        """(rank, data) for each rank whose progress changed since the last call (or mark)."""
+        changed = []
+        for rank in self.cluster.ranks:
+            stat = self._stat(rank)
+            if stat is None or stat == self._stats.get(rank):
+                continue
+            self._stats[rank] = stat
+            text = self._read(rank)
+            if not text or text == self._texts.get(rank):
+                continue
+            try:
+                data = json.loads(text)
+            except ValueError:
+                continue
+            if isinstance(data, dict):
+                self._texts[rank] = text
+                changed.append((rank, data))
+        return changed
 
 
 def _output_done(future) -> bool:
