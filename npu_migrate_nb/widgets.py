@@ -190,8 +190,13 @@ class RankProgress(W.HBox):
         parts = [f"cells done {cells_done}"]
         epoch, epochs = data.get("epoch"), data.get("epochs")
         step, steps = data.get("step"), data.get("steps")
-        if epoch is not None:
+        if epoch == 0:
+            parts.append("fit starting")
+        elif epoch is not None:
             parts.append(f"epoch {epoch}/{epochs or '?'}")
+        loss = (data.get("metrics") or {}).get("loss")
+        if isinstance(loss, (int, float)):
+            parts.append(f"loss {loss:.4g}")
         if step is not None:
             parts.append(f"step {step}/{steps or '?'}")
             if steps:

@@ -84,6 +84,7 @@ class Cluster:
         self._owns_processes = False
         self._death_watch: Optional[_DeathWatch] = None
         self._shared_memory: List[str] = []
+        self._watchdog = None  # stops the cluster if this process dies without stopping it
 
     # ------------------------------------------------------------------------------- lifecycle
 
@@ -98,6 +99,7 @@ class Cluster:
         self.rank_table_path = write_rank_table(os.path.join(self.state_dir, "rank_table.json"), self.n)
         _live_clusters.add(self)
         try:
+            self._start_watchdog()
             # ipyparallel reports progress ("Waiting for connection file...") on stdout, which
             # belongs to the run's output (JSON with --format json): send it to stderr.
             with contextlib.redirect_stdout(sys.stderr):
@@ -114,6 +116,7 @@ class Cluster:
     def stop(self) -> None:
         """Stop every process of the cluster; safe to call twice, and after a crash."""
         client, self._client, self._view = self._client, None, None
+        self._stop_watchdog()
         if self._death_watch is not None:
             self._death_watch.close()
             self._death_watch = None
@@ -151,6 +154,33 @@ class Cluster:
     @property
     def ranks(self) -> List[int]:
         return list(range(self.n))
+
+    # ----------------------------------------------------------------------------- watchdog
+
+    def _start_watchdog(self) -> None:
+        import subprocess
+
+        self._pid_file = os.path.join(self.state_dir, "pids")
+        self._watchdog = subprocess.Popen(
+            [sys.executable, "-m", "npu_migrate_nb.sim.watchdog", str(os.getpid()), self._pid_file, self.state_dir],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True,  # a kill of our process group must not take it along
+        )
+
+    def _note_pids(self, pids) -> None:
+        """Tell the watchdog what to stop should this process die first."""
+        with open(self._pid_file, "a", encoding="utf-8") as stream:
+            stream.write("".join(f"{pid}\n" for pid in pids))
+
+    def _stop_watchdog(self) -> None:
+        watchdog, self._watchdog = self._watchdog, None
+        if watchdog is None:
+            return
+        watchdog.terminate()
+        try:
+            watchdog.wait(timeout=2.0)
+        except Exception:
+            watchdog.kill()
 
     # ----------------------------------------------------------------------------- starting
 
@@ -194,9 +224,11 @@ class Cluster:
         environment = {SETTINGS_VARIABLE: json.dumps(self.engine_settings())}
         cluster.start_controller_sync()
         self._launched_pids.append(cluster.controller.process.pid)
+        self._note_pids(self._launched_pids)
         cluster.start_engines_sync(self.n, environment=environment)
         for engine_set in cluster.engines.values():
             self._launched_pids.append(engine_set.process.pid)
+        self._note_pids(self._launched_pids[1:])
         self._client = self._connect(cluster)
         self._wait_for_engines()
 
@@ -254,6 +286,7 @@ class Cluster:
                 pid = getattr(launcher, "pid", None) or getattr(getattr(launcher, "process", None), "pid", None)
                 if pid:
                     self._launched_pids.append(pid)
+            self._note_pids(self._launched_pids)
         self._wait_for_engines()
         ids = sorted(self._client.ids)[: self.n]
         view = self._view_of(ids)
@@ -280,6 +313,8 @@ class Cluster:
             if self.profile is None and rank != engine_id:
                 raise ClusterError(f"engine {engine_id} has RANK_ID {rank}: engine ids must equal MPI ranks")
             self.rank_pids[rank] = pid
+        if self._owns_processes:
+            self._note_pids(self.rank_pids.values())
         self._death_watch = _DeathWatch(self.rank_pids)
         # Noted now: after a rank dies, hydra kills the rest and their mappings can no longer be read.
         self._shared_memory = _shared_memory_files(psutil.Process(pid) for pid in self.rank_pids.values())

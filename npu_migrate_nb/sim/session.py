@@ -78,14 +78,11 @@ class ClusterSession:
         self.cluster = cluster
         self.timeout = timeout if timeout is not None else self.timeout
         self.runner = Runner(cluster, timeout=self.timeout, echo=self.echo, errors=self.errors,
-                             **self._progress_argument())
+                             progress=self._on_progress)
         self.runner._reset_probes()
         self.runner._enter_directory(directory or os.getcwd())
         self.cells_run = []
         return cluster
-
-    def _progress_argument(self) -> dict:
-        return {"progress": self._on_progress} if _runner_takes_progress() else {}
 
     def _on_progress(self, rank: int, data: dict) -> None:
         if self.progress is not None:
@@ -190,9 +187,3 @@ def checks_text(checks: Dict[str, checks_module.Check]) -> str:
     for name, check in checks.items():
         lines.append(f"  {name:<10} {check.status:<13} {check.detail}")
     return "\n".join(lines)
-
-
-def _runner_takes_progress() -> bool:
-    import inspect
-
-    return "progress" in inspect.signature(Runner.__init__).parameters

@@ -3,6 +3,7 @@ cells run on them statefully, checks, faults and the stop button, and no process
 
 import json
 import os
+import signal
 import time
 
 import psutil
@@ -158,3 +159,58 @@ def test_start_replay_moves_the_cells_run_so_far_to_new_ranks_and_autorun_sends_
     assert "has 4 ranks, not 2" in mismatch.text()
     run(kernel, "%unload_ext npu_migrate_nb")  # stops the cluster it started
     assert not _descendants_alive(kernel.pid)
+
+
+def test_a_kernel_killed_outright_leaves_no_rank_behind():
+    kernel = Kernel(extra_env={"NPU_MIGRATE_NB_WIDGETS": "0"})
+    try:
+        run(kernel, "%load_ext npu_migrate_nb")
+        run(kernel, "%npu_cluster start -n 2")
+        cluster = [p for p in _descendants(kernel.pid) if "watchdog" not in " ".join(p.cmdline())]
+        assert len(cluster) >= 4
+        os.killpg(kernel.pid, signal.SIGKILL)  # the kernel's process group: no atexit, no cleanup
+        _, alive = psutil.wait_procs(cluster, timeout=15)
+        assert not [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE], alive
+    finally:
+        kernel.shutdown()
+
+
+def test_the_run_widget_shows_each_rank_progress_and_its_output_in_a_tab():
+    kernel = Kernel()  # widgets on
+    try:
+        run(kernel, "%load_ext npu_migrate_nb")
+        run(kernel, "%npu_cluster start -n 2")
+        run(kernel, "%%npu_distribute --run\nimport os, time\nimport numpy as np\nimport tensorflow as tf\n"
+                    "def slow(x):\n    time.sleep(0.03)\n    return x\n"
+                    "x = np.random.rand(64, 4).astype('float32'); y = np.random.rand(64, 1).astype('float32')\n"
+                    "ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(8)"
+                    ".map(lambda a, b: (tf.py_function(slow, [a], tf.float32), b))\n"
+                    "model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(4,))])\n"
+                    "model.compile(optimizer='sgd', loss='mse')")
+        run(kernel, "%%npu_distribute --run\nprint('rank', os.environ['RANK_ID'], 'fits')\n"
+                    "history = model.fit(ds, epochs=2, verbose=0)")
+        opened = {m["content"]["comm_id"]: dict(m["content"]["data"]["state"]) for m in kernel.comm_opens
+                  if m["content"].get("target_name") == "jupyter.widget"}
+        updates = {}
+        for message in kernel.comm_msgs:
+            content = message["content"]
+            if content["comm_id"] in opened and content["data"].get("method") == "update":
+                updates.setdefault(content["comm_id"], []).append(content["data"]["state"])
+        bars = {cid: s for cid, s in opened.items() if s.get("_model_name") == "IntProgressModel"}
+        assert sorted(s["description"] for s in bars.values()) == ["rank 0", "rank 0", "rank 1", "rank 1"]
+        texts = [u.get("value", "") for cid, states in updates.items() for u in states
+                 if opened[cid].get("_model_name") == "HTMLModel"]
+        for rank in (0, 1):
+            values = [u["value"] for cid, states in updates.items() if bars.get(cid, {}).get("description") == f"rank {rank}"
+                      for u in states if "value" in u]
+            assert values and max(values) == 8, values  # 8 steps an epoch
+        assert any("epoch 2/2" in text for text in texts), texts
+        outputs = [u["outputs"] for cid, states in updates.items() if opened[cid].get("_model_name") == "OutputModel"
+                   for u in states if "outputs" in u]
+        shown = "".join(o.get("text", "") for batch in outputs for o in batch)
+        assert "rank 0 fits" in shown and "rank 1 fits" in shown
+        assert any("not-observed" in text or "pass" in text for text in texts)  # the checks
+    finally:
+        pid = kernel.pid
+        kernel.shutdown()
+        assert not _descendants_alive(pid)

@@ -1,0 +1,54 @@
+"""The lab extension and the server extension as installed by the README's set-up command, the wheel
+that carries them, and the front end's own jest suite."""
+
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+LABEXTENSION = ROOT / "labextension"
+
+
+def run(*command, cwd=ROOT, timeout=600):
+    done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                          env=dict(os.environ, NO_COLOR="1", FORCE_COLOR="0"))
+    return done.returncode, done.stdout + done.stderr
+
+
+def test_jupyter_lists_both_extensions_enabled_and_ok():
+    code, text = run(sys.executable, "-m", "jupyter", "labextension", "list")
+    assert code == 0, text
+    line = next(line for line in text.splitlines() if "npu-migrate-nb" in line)
+    assert "enabled" in line and "OK" in line, text
+    code, text = run(sys.executable, "-m", "jupyter", "server", "extension", "list")
+    assert code == 0, text
+    lines = text.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.strip().startswith("npu_migrate_nb") and "enabled" in line)
+    assert "OK" in lines[at + 2] or "is OK" in "\n".join(lines[at:at + 4]), text
+
+
+def test_the_panel_logic_passes_its_jest_suite():
+    jlpm = shutil.which("jlpm")
+    assert jlpm, "jlpm comes with jupyterlab (the lab extra)"
+    if not (LABEXTENSION / "node_modules").is_dir():
+        code, text = run(jlpm, "install", "--immutable", cwd=LABEXTENSION)
+        assert code == 0, text
+    code, text = run(jlpm, "test", "--ci", cwd=LABEXTENSION)
+    assert code == 0, text
+    assert "Tests:" in text and " failed" not in text, text
+
+
+def test_the_wheel_carries_the_built_extension_and_the_server_config(tmp_path):
+    code, text = run(sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(tmp_path), str(ROOT), timeout=900)
+    assert code == 0, text[-3000:]
+    [wheel] = list(tmp_path.glob("npu_migrate_nb-*.whl"))
+    names = zipfile.ZipFile(wheel).namelist()
+    data = "npu_migrate_nb-0.1.0.data/data/"
+    share = data + "share/jupyter/labextensions/npu-migrate-nb/"
+    assert share + "package.json" in names and share + "install.json" in names
+    assert any(name.startswith(share + "static/remoteEntry.") for name in names)
+    assert data + "etc/jupyter/jupyter_server_config.d/npu_migrate_nb.json" in names
+    assert "npu_migrate_nb/server/__init__.py" in names
