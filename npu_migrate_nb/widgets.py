@@ -184,9 +184,11 @@ class RankProgress(W.HBox):
         self.rank = rank
         self.bar = W.IntProgress(value=0, min=0, max=1, description=f"rank {rank}", bar_style="info")
         self.text = W.HTML("waiting")
+        self.last: Mapping[str, object] = {}
         super().__init__([self.bar, self.text])
 
     def show(self, cells_done: int, data: Mapping[str, object]) -> None:
+        self.last = data
         parts = [f"cells done {cells_done}"]
         epoch, epochs = data.get("epoch"), data.get("epochs")
         step, steps = data.get("step"), data.get("steps")
@@ -246,7 +248,7 @@ class RunView(_WithFallback, W.VBox):
         session.progress = None
         done = len(session.cells_run)
         for bar in self.bars.values():
-            bar.text.value = f"cells done {done}"
+            bar.show(done, bar.last)  # the last epoch and loss stay in view
             bar.bar.value = bar.bar.max
             bar.bar.bar_style = "success"
         checks = session.checks()
