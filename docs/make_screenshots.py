@@ -1,6 +1,6 @@
 """Make the README's screenshots in a real JupyterLab with Debian's chromium (Playwright's Python API).
 
-    python docs/make_screenshots.py            # writes docs/magic-report.png and docs/magic-run.png
+    python docs/make_screenshots.py     # writes docs/panel.png, docs/magic-report.png and docs/magic-run.png
 
 Needs the ``lab`` extra, ``pip install playwright`` (the Python package only: the browser is
 ``/usr/bin/chromium``, never downloaded) and Debian's ``chromium``.
@@ -104,6 +104,35 @@ def run_all_and_shoot(page, base, token, name, wait_text, out, cell_index, timeo
     cell.screenshot(path=out)
 
 
+def shoot_panel(page, base, token, name, out):
+    """The NPU Distribute panel on a single-card notebook: the checklist, the findings, the marked lines."""
+    page.goto(f"{base}/lab/tree/{name}?reset&token={token}")
+    page.wait_for_selector("#jupyterlab-splash", state="detached", timeout=60_000)
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
+    try:
+        page.locator(".jp-Dialog button.jp-mod-accept").wait_for(timeout=10_000)
+        page.locator(".jp-Dialog button.jp-mod-accept").click()
+    except Exception:
+        pass
+    news = page.locator(".jp-toast-button", has_text="No")
+    if news.count():
+        news.first.click()
+    page.locator('li.lm-TabBar-tab[data-id="npu-migrate-nb-panel"]').click()
+    page.locator("#npu-migrate-nb-panel button.npu-analyze").click()
+    page.wait_for_function("document.querySelectorAll('#npu-migrate-nb-panel .npu-step-missing').length === 3")
+    right = page.locator("#jp-right-stack").bounding_box()
+    handles = [h for h in page.locator(".lm-SplitPanel-handle").all() if h.is_visible()]
+    handle = min(handles, key=lambda h: abs(h.bounding_box()["x"] - right["x"]))
+    box = handle.bounding_box()
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + 200)
+    page.mouse.down()
+    page.mouse.move(box["x"] - 260, box["y"] + 200, steps=10)
+    page.mouse.up()
+    page.locator(".jp-Notebook .npu-mark-error").first.hover()
+    page.wait_for_timeout(800)
+    page.screenshot(path=out)
+
+
 def main() -> None:
     from playwright.sync_api import sync_playwright
 
@@ -111,12 +140,15 @@ def main() -> None:
     try:
         with open(os.path.join(work, "report.ipynb"), "w") as stream:
             json.dump(notebook([SETUP, IMPORTS, DATA, TRAIN]), stream)
+        shutil.copy(os.path.join(HERE, os.pardir, "examples", "keras_single_card.ipynb"), work)
         with open(os.path.join(work, "run.ipynb"), "w") as stream:
             json.dump(notebook(["%load_ext npu_migrate_nb", RUN_DATA, RUN_TRAIN]), stream)
         lab, base, token = start_lab(work)
         try:
             with sync_playwright() as playwright:
                 browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_FLAGS)
+                page = browser.new_page(viewport={"width": 1440, "height": 900})
+                shoot_panel(page, base, token, "keras_single_card.ipynb", os.path.join(HERE, "panel.png"))
                 page = browser.new_page(viewport={"width": 1280, "height": 1400})
                 run_all_and_shoot(page, base, token, "report.ipynb", "the notebook so far",
                                   os.path.join(HERE, "magic-report.png"), 3)

@@ -55,9 +55,12 @@ class Finding:
     edits: Tuple[Edit, ...] = field(default=(), repr=False, compare=False)
 
     def to_json(self) -> Dict[str, object]:
-        data = asdict(self)
-        data.pop("edits")
-        return data
+        # Field by field: ``asdict`` would deep-copy the edits only to drop them (half the time of a
+        # server analysis with hundreds of findings).
+        return {name: getattr(self, name) for name in _FINDING_FIELDS}
+
+
+_FINDING_FIELDS = ("code", "step", "severity", "cell", "line", "column", "end_line", "end_column", "message", "fix")
 
 
 @dataclass

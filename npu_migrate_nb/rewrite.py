@@ -72,7 +72,10 @@ def fix_notebook(notebook: Notebook, analysis: Analysis, codes: Optional[Set[str
         if new_source != by_index[index].source:
             sources[index] = new_source
     failed_cells = {cell for cell, _ in failed}
-    applied = [f for f in analysis.findings if f.edits and all(e.cell not in failed_cells for e in f.edits)]
+    applied = [
+        f for f in analysis.findings
+        if f.edits and (codes is None or f.code in codes) and all(e.cell not in failed_cells for e in f.edits)
+    ]
     return FixResult(sources, applied, failed)
 
 

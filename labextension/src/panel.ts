@@ -36,6 +36,7 @@ export class NpuPanel extends Widget {
   private analysis: IAnalysis | null = null;
   private analyzedSources: string[] = [];
   private job: string | null = null;
+  private readonly openRanks = new Set<string>(['0']);
   private readonly status = element('div', { class: 'npu-status-line' });
   private readonly steps = element('table', { class: 'npu-steps' });
   private readonly findings = element('div', { class: 'npu-findings' });
@@ -50,9 +51,9 @@ export class NpuPanel extends Widget {
     this.id = PANEL_ID;
     this.addClass('npu-panel');
     this.title.caption = 'NPU Distribute';
-    const analyzeButton = this.button('Analyze notebook', () => void this.analyze(), 'npu-analyze');
-    const applyAll = this.button('Apply all fixes', () => void this.apply(), 'npu-apply-all');
-    this.simulateButton = this.button('Simulate on 2 ranks', () => void this.simulate(), 'npu-simulate');
+    const analyzeButton = this.button('Analyze notebook', () => void this.analyze(), 'npu-analyze', true);
+    const applyAll = this.button('Apply all fixes', () => void this.apply(), 'npu-apply-all', true);
+    this.simulateButton = this.button('Simulate on 2 ranks', () => void this.simulate(), 'npu-simulate', true);
     this.stopButton = this.button('Stop', () => void this.stop(), 'npu-stop');
     this.stopButton.disabled = true;
     this.ranksInput.addEventListener('input', () => {
@@ -72,8 +73,9 @@ export class NpuPanel extends Widget {
     this.follow(tracker.currentWidget);
   }
 
-  private button(label: string, onClick: () => void, className: string): HTMLButtonElement {
-    const button = element('button', { class: `jp-Button npu-button ${className}`, type: 'button' }, label);
+  private button(label: string, onClick: () => void, className: string, primary = false): HTMLButtonElement {
+    const style = primary ? 'jp-mod-styled jp-mod-accept' : 'jp-mod-styled';
+    const button = element('button', { class: `jp-Button ${style} npu-button ${className}`, type: 'button' }, label);
     button.addEventListener('click', onClick);
     return button;
   }
@@ -222,7 +224,7 @@ export class NpuPanel extends Widget {
     }
     const actions = element('div', { class: 'npu-buttons' }, this.button('Go to', () => this.goTo(finding), 'npu-goto'));
     if (finding.fix) {
-      actions.append(this.button('Apply', () => void this.apply(finding), 'npu-apply'));
+      actions.append(this.button('Apply', () => void this.apply(finding), 'npu-apply', true));
     }
     row.append(actions);
     return row;
@@ -294,7 +296,16 @@ export class NpuPanel extends Widget {
       progress
     ];
     for (const rank of Object.keys(job.output).sort((a, b) => Number(a) - Number(b))) {
-      parts.push(element('details', { class: 'npu-rank' }, element('summary', {}, `rank ${rank}`), element('pre', {}, job.output[rank])));
+      const details = element('details', { class: 'npu-rank' }, element('summary', {}, `rank ${rank}`), element('pre', {}, job.output[rank]));
+      details.open = this.openRanks.has(rank); // redrawn every poll: keep what the user opened
+      details.addEventListener('toggle', () => {
+        if (details.open) {
+          this.openRanks.add(rank);
+        } else {
+          this.openRanks.delete(rank);
+        }
+      });
+      parts.push(details);
     }
     for (const message of job.messages) {
       parts.push(element('div', { class: 'npu-message' }, message));

@@ -8,7 +8,7 @@ import queue
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional
+from typing import Callable, List, Optional
 
 from jupyter_client.manager import start_new_kernel
 

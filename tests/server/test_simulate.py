@@ -1,0 +1,260 @@
+"""Simulated runs through the server: a job process per run, its progress and result over GET, one
+job per notebook, DELETE and the server's own stop ending every rank with no process left."""
+
+import asyncio
+import inspect
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import psutil
+import pytest
+
+from .conftest import descendants, example, reply, still_running
+
+pytestmark = pytest.mark.sim
+
+FINAL = ("done", "failed", "stopped")
+SLEEPER = {
+    "cells": [
+        {"cell_type": "markdown", "metadata": {}, "source": ["A cell that sleeps"]},
+        {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
+         "source": ["import os, time\n", "print('cwd', os.getcwd())"]},
+        {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
+         "source": ["print('sleeping', flush=True)\n", "time.sleep(60)\n", "print('woke up')"]},
+        {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": ["print('after')"]},
+    ],
+    "metadata": {"kernelspec": {"name": "python3", "language": "python", "display_name": "Python 3"}},
+    "nbformat": 4, "nbformat_minor": 5,
+}
+SLEEPING_CELL = 2
+
+
+async def wait_until(job_request, job_id, predicate, what, timeout=240.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        code, status = await job_request(job_id)
+        assert code == 200, status
+        if predicate(status):
+            return status
+        assert status["state"] not in FINAL, f"ended before {what}: {status}"
+        assert time.monotonic() < deadline, f"no {what} in {timeout:.0f} s: {status}"
+        await asyncio.sleep(0.3)
+
+
+def sleeping_on_every_rank(status) -> bool:
+    return (status["current_cell"] == SLEEPING_CELL
+            and all("sleeping" in status["output"].get(str(rank), "") for rank in range(status["ranks"])))
+
+
+def job_directories(processes) -> list:
+    """The temporary directories the server wrote the notebooks to, from the job processes' command lines."""
+    found = []
+    for process in processes:
+        try:
+            command = process.cmdline()
+        except psutil.Error:
+            continue
+        if "npu_migrate_nb.sim.job" in command:
+            found.append(os.path.dirname(command[command.index("npu_migrate_nb.sim.job") + 1]))
+    return found
+
+
+def job_processes(before: set) -> set:
+    """The job process and the cluster under it: what appeared under this test process."""
+    return descendants() - before
+
+
+async def test_simulate_the_fixed_keras_example_on_two_ranks_passes_the_three_checks(post, job_request):
+    from npu_migrate_nb.sim.runner import Runner
+
+    before = descendants()
+    fixed = reply(await post("fix", {"notebook": example("keras_single_card.ipynb")}))["notebook"]
+    path = "keras_distributed.ipynb"
+    response = await post("simulate", {"notebook": fixed, "ranks": 2, "path": path, "timeout": 180})
+    assert response.code == 202, response.body
+    job_id = reply(response)["id"]
+    assert response.headers["Location"].endswith(f"/npu-migrate/simulate/{job_id}")
+
+    second = await post("simulate", {"notebook": fixed, "ranks": 2, "path": path})
+    assert second.code == 409
+    assert reply(second)["id"] == job_id and path in reply(second)["message"]
+
+    job_directory = None
+    while job_directory is None:
+        status = await wait_until(job_request, job_id, lambda s: True, "a status")
+        job_directory = next(iter(job_directories(job_processes(before))), None)
+        assert job_directory is not None or status["state"] not in FINAL, status
+    assert os.path.isfile(os.path.join(job_directory, "notebook.ipynb"))
+    status = await wait_until(job_request, job_id, lambda s: s["state"] in FINAL, "end")
+    assert status["state"] == "done", status
+    result = status["result"]
+    assert result["ok"] is True, result
+    assert result["checks"] == {"broadcast": "pass", "allreduce": "pass", "shard": "pass"}
+    assert status["ranks"] == 2 and status["cells_total"] == 5 and status["cells_done"] == 5
+    assert status["current_cell"] is None and status["error"] is None
+    for rank in ("0", "1"):
+        assert "Epoch 1/2" in status["output"][rank] and "Epoch 2/2" in status["output"][rank]
+        assert "[rank" not in status["output"][rank]
+    assert [cell["status"] for cell in result["cells"]] == ["skipped"] + ["ok"] * 5
+    if "progress" in inspect.signature(Runner.__init__).parameters:
+        for rank in ("0", "1"):
+            final = status["progress"][rank]
+            assert final["kind"] == "keras" and final["epoch"] == 2 and final["running"] is False, final
+    assert still_running(job_processes(before)) == []
+    assert job_directory is not None and not os.path.exists(job_directory)
+
+
+async def test_delete_stops_a_running_simulation_and_every_rank(post, job_request, jp_root_dir):
+    before = descendants()
+    (jp_root_dir / "project").mkdir()
+    response = await post("simulate", {"notebook": SLEEPER, "ranks": 2, "path": "project/sleeper.ipynb"})
+    assert response.code == 202
+    job_id = reply(response)["id"]
+    code, status = await job_request(job_id)
+    assert code == 200 and status["state"] in ("starting", "running") and status["cells_total"] == 3, status
+    assert status["output"] == {"0": "", "1": ""} or status["state"] == "running", status
+    status = await wait_until(job_request, job_id, sleeping_on_every_rank, "sleep on every rank")
+    for rank in ("0", "1"):  # in the notebook's directory, as its kernel would be
+        assert f"cwd {(jp_root_dir / 'project').resolve()}\n" in status["output"][rank], status["output"]
+    running = job_processes(before)
+    assert len(running) >= 4, running  # the job, the controller, mpiexec, its proxy and the ranks
+    directories = job_directories(running)
+    assert len(directories) == 1 and os.path.isdir(directories[0]), directories
+
+    asked = time.monotonic()
+    code, status = await job_request(job_id, "DELETE")
+    took = time.monotonic() - asked
+    assert code == 200 and status["state"] == "stopped", status
+    assert took < 40, f"the stop waited for the 60 s cell ({took:.0f} s)"
+    assert status["result"] is None and "woke up" not in "".join(status["output"].values())
+    assert any("interrupted during cell 2" in message for message in status["messages"]), status["messages"]
+    assert still_running(running) == []
+    assert job_processes(before) == set()
+    assert not os.path.exists(directories[0])
+    code, again = await job_request(job_id)
+    assert code == 200 and again["state"] == "stopped"
+
+
+async def test_delete_while_the_ranks_start_leaves_no_process_and_frees_the_notebook(post, job_request):
+    before = descendants()
+    body = {"notebook": SLEEPER, "ranks": 2, "path": "starting.ipynb"}
+    job_id = reply(await post("simulate", body))["id"]
+    deadline = time.monotonic() + 60
+    while len(job_processes(before)) < 2:  # the job has started launching the cluster
+        assert time.monotonic() < deadline, "the job started no process"
+        await asyncio.sleep(0.1)
+    seen = job_processes(before)
+    code, status = await job_request(job_id, "DELETE")
+    assert code == 200 and status["state"] == "stopped", status
+    assert still_running(seen | job_processes(before)) == []
+
+    response = await post("simulate", body)  # the notebook is free again
+    assert response.code == 202, response.body
+    code, status = await job_request(reply(response)["id"], "DELETE")  # at once, whatever it is doing
+    assert code == 200 and status["state"] == "stopped", status
+    assert still_running(job_processes(before)) == []
+
+
+# ------------------------------------------------------------------------------------ a real server
+
+
+class RealServer:
+    """``jupyter server`` in a process of its own, with this extension and a token."""
+
+    def __init__(self, tmp_path):
+        self.token = os.urandom(16).hex()
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        config = tmp_path / "config"
+        config.mkdir()
+        (config / "jupyter_server_config.json").write_text(
+            json.dumps({"ServerApp": {"jpserver_extensions": {"npu_migrate_nb": True}}}))
+        env = dict(os.environ, JUPYTER_CONFIG_DIR=str(config), JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"))
+        self.log_path = tmp_path / "server.log"
+        self.log = open(self.log_path, "wb")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "jupyter_server", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={self.port}",
+             "--ServerApp.port_retries=0", f"--IdentityProvider.token={self.token}", "--ServerApp.open_browser=False",
+             "--allow-root", f"--ServerApp.root_dir={tmp_path}"],
+            env=env, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                self.request("GET", "api/status")
+                break
+            except (OSError, urllib.error.URLError):
+                assert self.process.poll() is None, self.log_text()
+                assert time.monotonic() < deadline, self.log_text()
+                time.sleep(0.2)
+
+    def request(self, method, path, body=None):
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{self.port}/{path}", method=method,
+            data=None if body is None else json.dumps(body).encode(),
+            headers={"Authorization": f"token {self.token}", "Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, json.loads(response.read())
+
+    def log_text(self) -> str:
+        self.log.flush()
+        return self.log_path.read_text(errors="replace")[-5000:]
+
+    def close(self):
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self.log.close()
+
+
+@pytest.fixture
+def real_server(tmp_path):
+    server = RealServer(tmp_path)
+    yield server
+    server.close()
+
+
+def start_sleeper(server) -> set:
+    """A sleeping job on the server, once every rank sleeps; the processes under the server then."""
+    code, started = server.request("POST", "npu-migrate/simulate", {"notebook": SLEEPER, "ranks": 2,
+                                                                     "path": "sleeper.ipynb"})
+    assert code == 202
+    deadline = time.monotonic() + 240
+    while True:
+        _, status = server.request("GET", f"npu-migrate/simulate/{started['id']}")
+        if sleeping_on_every_rank(status):
+            break
+        assert status["state"] not in FINAL and time.monotonic() < deadline, status
+        time.sleep(0.3)
+    processes = set(psutil.Process(server.process.pid).children(recursive=True))
+    assert len(processes) >= 4, processes
+    return processes
+
+
+def test_stopping_the_server_stops_its_simulations(real_server):
+    processes = start_sleeper(real_server)
+    directories = job_directories(processes)
+    assert len(directories) == 1 and os.path.isdir(directories[0]), directories
+    real_server.process.send_signal(signal.SIGTERM)  # what a service manager or `jupyter server stop` does
+    assert real_server.process.wait(timeout=60) is not None
+    assert still_running(processes) == [], real_server.log_text()
+    assert "stopping 1 simulation(s) with the server" in real_server.log_text()
+    assert not os.path.exists(directories[0])  # the notebook's copy
+
+
+def test_a_killed_server_leaves_no_simulation_behind(real_server):
+    processes = start_sleeper(real_server)
+    directories = job_directories(processes)
+    assert len(directories) == 1 and os.path.isdir(directories[0]), directories
+    real_server.process.kill()  # no cleanup of its own: each job notices its parent is gone
+    real_server.process.wait()
+    _, alive = psutil.wait_procs(list(processes), timeout=30)
+    assert [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE] == []
+    assert not os.path.exists(directories[0])  # the notebook's copy
