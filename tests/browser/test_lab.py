@@ -73,7 +73,7 @@ def test_analyze_apply_undo_and_simulate_from_the_panel(lab, browser):
     checks = {row.get_attribute("data-check"): row.locator(".npu-check").inner_text()
               for row in panel.locator(".npu-checks tr").all()}
     assert checks == {"broadcast": "pass", "allreduce": "pass", "shard": "pass"}, panel.inner_text()
-    assert "Epoch" in panel.locator(".npu-rank pre").first.inner_text()
+    assert "Epoch" in panel.locator(".npu-rank pre").first.inner_text()  # rank 0 is open
     page.screenshot(path=str(ARTIFACTS / "panel-simulated.png"))
     page.close()
 
