@@ -19,12 +19,8 @@ Goal: <= 50 ms in the handler for the one-cell-changed case.
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
-import os
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,61 +31,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_analysis import make_notebook  # noqa: E402
+from tests.jupyter_app import JupyterApp  # noqa: E402
 
 GOAL_MS = 50.0
-
-
-class Server:
-    def __init__(self, folder: Path):
-        self.token = os.urandom(16).hex()
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
-        config = folder / "config"
-        config.mkdir()
-        (config / "jupyter_server_config.json").write_text(
-            json.dumps({"ServerApp": {"jpserver_extensions": {"npu_migrate_nb": True}}}))
-        env = dict(os.environ, JUPYTER_CONFIG_DIR=str(config), JUPYTER_RUNTIME_DIR=str(folder / "runtime"),
-                   PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-        self.log = open(folder / "server.log", "wb")
-        self.log_path = folder / "server.log"
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "jupyter_server", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={self.port}",
-             "--ServerApp.port_retries=0", f"--IdentityProvider.token={self.token}",
-             "--ServerApp.open_browser=False", "--allow-root", f"--ServerApp.root_dir={folder}",
-             "--ServerApp.log_level=WARN"],
-            env=env, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT)
-        self.connection = None
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                status, _, _ = self.request("GET", "/api/status")
-                if status == 200:
-                    break
-            except OSError:
-                self.connection = None
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit("jupyter server did not start:\n" + self.log_path.read_text(errors="replace")[-3000:])
-            time.sleep(0.2)
-
-    def request(self, method: str, path: str, body: bytes = None):
-        if self.connection is None:
-            self.connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=300)
-        headers = {"Authorization": f"token {self.token}", "Content-Type": "application/json"}
-        self.connection.request(method, path, body=body, headers=headers)
-        response = self.connection.getresponse()
-        return response.status, response.msg, response.read()  # headers: case-insensitive
-
-    def close(self) -> None:
-        if self.connection is not None:
-            self.connection.close()
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        self.log.close()
 
 
 def server_timing(header: str) -> dict:
@@ -100,7 +44,7 @@ def server_timing(header: str) -> dict:
     return parts
 
 
-def analyze_over_http(server: Server, body: bytes):
+def analyze_over_http(server: JupyterApp, body: bytes):
     started = time.perf_counter()
     status, headers, data = server.request("POST", "/npu-migrate/analyze", body)
     answer = json.loads(data)
@@ -137,7 +81,7 @@ def main() -> None:
                   if cell["cell_type"] == "code" and "compile" in cell["source"])
     original = document["cells"][target]["source"]
     with tempfile.TemporaryDirectory() as folder:
-        server = Server(Path(folder))
+        server = JupyterApp(Path(folder), "server", enable_extension=True, log_level="WARN")
         try:
             started = time.perf_counter()
             body = json.dumps({"notebook": document, "path": "large.ipynb"}).encode()
@@ -156,7 +100,7 @@ def main() -> None:
                 end_to_end.append(e2e)
             elapsed = time.perf_counter() - started
         finally:
-            server.close()
+            server.stop()
     local = in_process_reanalysis(make_notebook(args.cells), target, args.repeat)
     code_cells = sum(1 for cell in document["cells"] if cell["cell_type"] == "code")
     ref = statistics.median(reference)

@@ -10,18 +10,15 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
+from pathlib import Path
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                  "--disable-sync", "--no-first-run", "--disable-quic"]
+sys.path.insert(0, os.path.dirname(HERE))
+from tests.browser.conftest import CHROMIUM, CHROMIUM_FLAGS  # noqa: E402
+from tests.jupyter_app import JupyterApp  # noqa: E402
 
 SETUP = "%load_ext npu_migrate_nb\n%npu_sim on"
 IMPORTS = "import numpy as np\nimport tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()"
@@ -51,31 +48,6 @@ def notebook(cells):
                      "language_info": {"name": "python"}},
         "nbformat": 4, "nbformat_minor": 5,
     }
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def start_lab(directory: str):
-    port, token = free_port(), secrets.token_hex(16)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
-         f"--IdentityProvider.token={token}", "--ServerApp.port_retries=0", "--allow-root",
-         f"--ServerApp.root_dir={directory}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status?token={token}", timeout=1)
-            return process, f"http://127.0.0.1:{port}", token
-        except OSError:
-            time.sleep(0.25)
-    process.kill()
-    raise RuntimeError("jupyter lab did not start")
 
 
 def run_all_and_shoot(page, base, token, name, wait_text, out, cell_index, timeout_ms=60_000):
@@ -143,10 +115,11 @@ def main() -> None:
         shutil.copy(os.path.join(HERE, os.pardir, "examples", "keras_single_card.ipynb"), work)
         with open(os.path.join(work, "run.ipynb"), "w") as stream:
             json.dump(notebook(["%load_ext npu_migrate_nb", RUN_DATA, RUN_TRAIN]), stream)
-        lab, base, token = start_lab(work)
+        lab = JupyterApp(Path(work), "lab")
+        base, token = lab.url, lab.token
         try:
             with sync_playwright() as playwright:
-                browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_FLAGS)
+                browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
                 page = browser.new_page(viewport={"width": 1440, "height": 900})
                 shoot_panel(page, base, token, "keras_single_card.ipynb", os.path.join(HERE, "panel.png"))
                 page = browser.new_page(viewport={"width": 1280, "height": 1400})
@@ -157,11 +130,7 @@ def main() -> None:
                                   os.path.join(HERE, "magic-run.png"), 2)
                 browser.close()
         finally:
-            lab.terminate()  # the server shuts its kernels down (and they their ranks)
-            try:
-                lab.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(lab.pid, 9)
+            lab.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -30,6 +30,9 @@ MAX_OUTPUT_CHARS = 1_000_000  # per rank, returned by every GET: older output is
 MAX_MESSAGES = 1000
 MAX_FINISHED_JOBS = 32  # finished jobs kept for GET, oldest dropped first
 MAX_RUNNING_JOBS = 4  # a simulation is N processes of TensorFlow: more at once helps nobody
+# A job nobody asked about for this long was left behind (the browser tab that polls it every second
+# was closed): it is stopped rather than left to burn the cores until its timeout.
+ABANDONED_AFTER_SECONDS = 60.0
 STDERR_TAIL_LINES = 40
 LEFTOVER_GRACE_SECONDS = 3.0
 _TRIMMED = "[... earlier output dropped ...]\n"
@@ -66,6 +69,7 @@ class Job:
         self.error: Optional[str] = None
         self.exit_code: Optional[int] = None
         self.stop_requested = False
+        self.last_asked = time.monotonic()  # the last GET of its status
         self.directory: Optional[str] = None
         self.process: Optional[subprocess.Popen] = None
         self.finished = threading.Event()
@@ -307,12 +311,29 @@ class Job:
 class JobManager:
     """The jobs of one server: at most one running per notebook (``key``)."""
 
-    def __init__(self, log: Optional[logging.Logger] = None):
+    def __init__(self, log: Optional[logging.Logger] = None, abandoned_after: float = ABANDONED_AFTER_SECONDS):
         self.log = log or logging.getLogger("npu_migrate_nb.server")
         self.jobs: Dict[str, Job] = {}
         self._lock = threading.Lock()
         self.closed = False
+        self.abandoned_after = abandoned_after
+        self._watch = threading.Thread(target=self._stop_abandoned_jobs, name="npu-jobs-abandoned", daemon=True)
+        self._watch.start()
         _live_managers.add(self)
+
+    def _stop_abandoned_jobs(self) -> None:
+        while not self.closed:
+            time.sleep(1.0)
+            now = time.monotonic()
+            for job in [job for job in list(self.jobs.values()) if job.running]:
+                idle = now - job.last_asked
+                if idle > self.abandoned_after and not job.stop_requested:
+                    self.log.warning("npu-migrate: simulation %s: nobody asked about it for %.0f s: stopping it",
+                                     job.id, idle)
+                    with job._lock:
+                        job._add_message(f"stopped: nobody followed this simulation for {idle:.0f} s "
+                                         "(the tab that started it was closed)")
+                    job.request_stop()
 
     def start(self, notebook_text: str, ranks: int, timeout: float, key: Optional[str] = None,
               cwd: Optional[str] = None, cells_total: Optional[int] = None) -> Job:
@@ -337,7 +358,10 @@ class JobManager:
         return job
 
     def get(self, job_id: str) -> Optional[Job]:
-        return self.jobs.get(job_id)
+        job = self.jobs.get(job_id)
+        if job is not None:
+            job.last_asked = time.monotonic()
+        return job
 
     def _forget_old(self) -> None:
         finished = [job for job in self.jobs.values() if not job.running]

@@ -6,18 +6,12 @@ never downloads one. Screenshots land in ``$NPU_ARTIFACTS`` (default ``tests/bro
 
 import json
 import os
-import secrets
 import shutil
-import signal
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
-import psutil
 import pytest
+
+from ..jupyter_app import JupyterApp
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -25,54 +19,12 @@ CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-network
 ARTIFACTS = Path(os.environ.get("NPU_ARTIFACTS", Path(__file__).parent / "artifacts"))
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class Lab:
-    def __init__(self, root: Path):
-        self.root = root
-        self.port, self.token = _free_port(), secrets.token_hex(16)
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip=127.0.0.1", f"--port={self.port}",
-             f"--IdentityProvider.token={self.token}", "--ServerApp.port_retries=0", "--allow-root",
-             f"--ServerApp.root_dir={root}"],
-            stdout=open(root / "lab.log", "w"), stderr=subprocess.STDOUT, start_new_session=True,
-            env=dict(os.environ, PYDEVD_DISABLE_FILE_VALIDATION="1"),
-        )
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                urllib.request.urlopen(f"{self.url}/api/status?token={self.token}", timeout=2)
-                return
-            except OSError:
-                if self.process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("jupyter lab did not start:\n" + (root / "lab.log").read_text()[-3000:])
-                time.sleep(0.25)
-
-    def stop(self) -> None:
-        descendants = psutil.Process(self.process.pid).children(recursive=True)
-        self.process.send_signal(signal.SIGTERM)  # the server shuts its kernels and jobs down
-        try:
-            self.process.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-        _, alive = psutil.wait_procs(descendants, timeout=10)
-        self.leftover = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
-        for process in self.leftover:
-            process.kill()
-
-
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    root = tmp_path_factory.mktemp("lab")
-    server = Lab(root)
+    server = JupyterApp(tmp_path_factory.mktemp("lab"), "lab")
     yield server
-    server.stop()
-    assert not server.leftover, f"processes left behind: {server.leftover}"
+    leftover = server.stop()
+    assert not leftover, f"processes left behind: {leftover}"
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +53,7 @@ def write_notebook(root: Path, name: str, cells, from_example: str = None) -> st
     return name
 
 
-def open_notebook(browser, lab: Lab, name: str, kernel: bool = True):
+def open_notebook(browser, lab: JupyterApp, name: str, kernel: bool = True):
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     page.goto(f"{lab.url}/lab/tree/{name}?reset&token={lab.token}")
     page.wait_for_selector("#jupyterlab-splash", state="detached", timeout=90_000)

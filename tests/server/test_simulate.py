@@ -2,20 +2,14 @@
 job per notebook, DELETE and the server's own stop ending every rank with no process left."""
 
 import asyncio
-import inspect
-import json
 import os
 import signal
-import socket
-import subprocess
-import sys
 import time
-import urllib.error
-import urllib.request
 
 import psutil
 import pytest
 
+from ..jupyter_app import JupyterApp
 from .conftest import descendants, example, reply, still_running
 
 pytestmark = pytest.mark.sim
@@ -72,8 +66,6 @@ def job_processes(before: set) -> set:
 
 
 async def test_simulate_the_fixed_keras_example_on_two_ranks_passes_the_three_checks(post, job_request):
-    from npu_migrate_nb.sim.runner import Runner
-
     before = descendants()
     fixed = reply(await post("fix", {"notebook": example("keras_single_card.ipynb")}))["notebook"]
     path = "keras_distributed.ipynb"
@@ -103,10 +95,9 @@ async def test_simulate_the_fixed_keras_example_on_two_ranks_passes_the_three_ch
         assert "Epoch 1/2" in status["output"][rank] and "Epoch 2/2" in status["output"][rank]
         assert "[rank" not in status["output"][rank]
     assert [cell["status"] for cell in result["cells"]] == ["skipped"] + ["ok"] * 5
-    if "progress" in inspect.signature(Runner.__init__).parameters:
-        for rank in ("0", "1"):
-            final = status["progress"][rank]
-            assert final["kind"] == "keras" and final["epoch"] == 2 and final["running"] is False, final
+    for rank in ("0", "1"):
+        final = status["progress"][rank]
+        assert final["kind"] == "keras" and final["epoch"] == 2 and final["running"] is False, final
     assert still_running(job_processes(before)) == []
     assert job_directory is not None and not os.path.exists(job_directory)
 
@@ -162,73 +153,42 @@ async def test_delete_while_the_ranks_start_leaves_no_process_and_frees_the_note
     assert still_running(job_processes(before)) == []
 
 
+async def test_a_simulation_nobody_follows_any_more_is_stopped(post, job_request, jp_serverapp):
+    from npu_migrate_nb.server import JOBS_SETTING
+
+    jobs = jp_serverapp.web_app.settings[JOBS_SETTING]
+    jobs.abandoned_after = 3.0  # the panel polls every second; a closed tab stops polling
+    before = descendants()
+    job_id = reply(await post("simulate", {"notebook": SLEEPER, "ranks": 2, "path": "abandoned.ipynb"}))["id"]
+    job = jobs.jobs[job_id]  # watched directly: a GET would count as following it
+    deadline = time.monotonic() + 120
+    while job.running:
+        assert time.monotonic() < deadline, "an abandoned simulation went on"
+        await asyncio.sleep(0.5)
+    code, status = await job_request(job_id)
+    assert code == 200 and status["state"] == "stopped", status
+    assert any("nobody followed this simulation" in message for message in status["messages"]), status
+    assert job_processes(before) == set()
+
+
 # ------------------------------------------------------------------------------------ a real server
-
-
-class RealServer:
-    """``jupyter server`` in a process of its own, with this extension and a token."""
-
-    def __init__(self, tmp_path):
-        self.token = os.urandom(16).hex()
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
-        config = tmp_path / "config"
-        config.mkdir()
-        (config / "jupyter_server_config.json").write_text(
-            json.dumps({"ServerApp": {"jpserver_extensions": {"npu_migrate_nb": True}}}))
-        env = dict(os.environ, JUPYTER_CONFIG_DIR=str(config), JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"))
-        self.log_path = tmp_path / "server.log"
-        self.log = open(self.log_path, "wb")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "jupyter_server", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={self.port}",
-             "--ServerApp.port_retries=0", f"--IdentityProvider.token={self.token}", "--ServerApp.open_browser=False",
-             "--allow-root", f"--ServerApp.root_dir={tmp_path}"],
-            env=env, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                self.request("GET", "api/status")
-                break
-            except (OSError, urllib.error.URLError):
-                assert self.process.poll() is None, self.log_text()
-                assert time.monotonic() < deadline, self.log_text()
-                time.sleep(0.2)
-
-    def request(self, method, path, body=None):
-        request = urllib.request.Request(
-            f"http://127.0.0.1:{self.port}/{path}", method=method,
-            data=None if body is None else json.dumps(body).encode(),
-            headers={"Authorization": f"token {self.token}", "Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return response.status, json.loads(response.read())
-
-    def log_text(self) -> str:
-        self.log.flush()
-        return self.log_path.read_text(errors="replace")[-5000:]
-
-    def close(self):
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
-        self.log.close()
 
 
 @pytest.fixture
 def real_server(tmp_path):
-    server = RealServer(tmp_path)
+    server = JupyterApp(tmp_path, "server", enable_extension=True)
     yield server
-    server.close()
+    server.stop()
 
 
 def start_sleeper(server) -> set:
     """A sleeping job on the server, once every rank sleeps; the processes under the server then."""
-    code, started = server.request("POST", "npu-migrate/simulate", {"notebook": SLEEPER, "ranks": 2,
+    code, started = server.request_json("POST", "npu-migrate/simulate", {"notebook": SLEEPER, "ranks": 2,
                                                                      "path": "sleeper.ipynb"})
     assert code == 202
     deadline = time.monotonic() + 240
     while True:
-        _, status = server.request("GET", f"npu-migrate/simulate/{started['id']}")
+        _, status = server.request_json("GET", f"npu-migrate/simulate/{started['id']}")
         if sleeping_on_every_rank(status):
             break
         assert status["state"] not in FINAL and time.monotonic() < deadline, status
