@@ -88,6 +88,10 @@ class NpuMagics(Magics):
         self._show_report(notebook, analysis, index, labels, args.plain)
         if args.check:
             return None
+        # Line numbers in tracebacks and timeouts as the editor shows them: the magic's line is line 1.
+        current = self.cells.current
+        if current is not None and current.source.lstrip().startswith(MAGIC_LINE):
+            body = f"# {MAGIC_LINE} {line}".rstrip() + "\n" + body  # IPython drops leading blank lines
         if args.run:
             return self._run_on_ranks(body, args.np, args.timeout, analysis, args.plain)
         return self._run_here(body)

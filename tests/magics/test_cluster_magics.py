@@ -214,3 +214,16 @@ def test_the_run_widget_shows_each_rank_progress_and_its_output_in_a_tab():
         pid = kernel.pid
         kernel.shutdown()
         assert not _descendants_alive(pid)
+
+
+def test_a_collective_one_rank_skips_times_out_naming_where_each_rank_is(kernel):
+    run(kernel, "%load_ext npu_migrate_nb")
+    run(kernel, "%npu_cluster start -n 2")
+    run(kernel, "%%npu_distribute --run\nimport os\nimport tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()")
+    stuck = run(kernel, "%%npu_distribute --run --timeout 4\nif os.environ['RANK_ID'] == '0':\n"
+                        "    npu.distribute.all_reduce([tf.ones(3)])\n", status="error")
+    text = stuck.text()
+    assert "timed out after 4 s: rank 0 waits in all_reduce #0 at line 3 of the cell" in text, text
+    assert "rank(s) 1 finished the cell" in text and "Stopped all ranks." in text
+    assert not _descendants_alive(kernel.pid)
+    assert run(kernel, "print('usable')").stream().strip() == "usable"
