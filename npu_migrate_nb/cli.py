@@ -1,6 +1,7 @@
 """``npu-migrate-nb check | fix | run``: the command-line door.
 
-Exit codes: 0 nothing to report, 1 findings (or a failed run), 2 unusable input.
+Exit codes: 0 nothing to report, 1 findings (or a failed run), 2 unusable input. ``check`` and ``fix``
+skip a non-Python notebook with one line on stderr (exit 0), as linters skip files they do not handle.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ def options_from(args) -> Options:
 
 def exit_code_for(analysis: Analysis) -> int:
     if not analysis.python:
-        return EXIT_INPUT
+        return EXIT_OK  # skipped, as linters skip files they do not handle (reported on stderr)
     missing = any(status == "missing" for status in analysis.steps.values())
     return EXIT_FINDINGS if (missing or analysis.problems or analysis.errors) else EXIT_OK
 
@@ -46,7 +46,7 @@ def _analyze_path(path: str, options: Options) -> Tuple[Optional[Analysis], int]
         return None, EXIT_INPUT
     analysis = analyze(notebook, options)
     if not analysis.python:
-        print(f"npu-migrate-nb: {path}: not a Python notebook ({analysis.language})", file=sys.stderr)
+        _skip(path, analysis)
     return analysis, exit_code_for(analysis)
 
 
@@ -59,8 +59,8 @@ def fix_command(args) -> int:
     options = options_from(args)
     analysis = analyze(notebook, options)
     if not analysis.python:
-        print(f"npu-migrate-nb: {args.path}: not a Python notebook ({analysis.language})", file=sys.stderr)
-        return EXIT_INPUT
+        _skip(args.path, analysis)  # nothing written, not even with -o
+        return exit_code_for(analysis)
     from .rewrite import fix_notebook  # libcst: only ``fix`` pays for it
 
     result = fix_notebook(notebook, analysis)
@@ -111,6 +111,10 @@ def _summarize(path: str, result, remaining: Analysis, written: Optional[str]) -
             )
     for line in summary_lines(remaining):
         print(line.replace(f"{path}:", f"{path} (after fix):", 1), file=sys.stderr)
+
+
+def _skip(path: str, analysis: Analysis) -> None:
+    print(f"npu-migrate-nb: {path}: not a Python notebook ({analysis.language}), skipped", file=sys.stderr)
 
 
 def _complain(error: InputError) -> None:

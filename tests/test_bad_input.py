@@ -1,4 +1,5 @@
-"""Bad input gets one clear line (file, cell, line), exit code 2 when unusable, and nothing is written."""
+"""Bad input gets one clear line (file, cell, line), exit code 2 when unusable (0 for a skipped non-Python
+notebook), and nothing is written."""
 
 import json
 import os
@@ -48,11 +49,42 @@ def test_one_bad_path_among_good_ones_still_reports_the_good(tmp_path, capsys, w
     assert code == 2 and json.loads(out)["path"] == str(good) and "bad.ipynb" in err
 
 
-def test_non_python_kernel_is_refused(capsys, write_notebook):
+def test_non_python_kernel_is_skipped_with_one_line_and_exit_0(capsys, write_notebook):
     path = write_notebook([("code", "library(tensorflow)\n")], language="R")
     code, out, err = run(["check", str(path)], capsys)
-    assert code == 2 and err.strip() == f"npu-migrate-nb: {path}: not a Python notebook (R)"
+    assert code == 0 and err.strip() == f"npu-migrate-nb: {path}: not a Python notebook (R), skipped"
     assert out == ""
+
+
+def test_non_python_kernel_in_json_has_its_language_and_no_steps(capsys, write_notebook):
+    path = write_notebook([("code", "library(tensorflow)\n")], language="R")
+    code, out, err = run(["check", str(path), "--format", "json"], capsys)
+    report = json.loads(out)
+    assert code == 0 and len(err.strip().splitlines()) == 1
+    assert report["language"] == "R" and report["findings"] == [] and report["errors"] == []
+    assert set(report["steps"].values()) == {"not-applicable"}
+
+
+def test_a_folder_of_mixed_kernels_is_checked_and_the_others_skipped(capsys, write_notebook):
+    python = write_notebook([("code", "import tensorflow as tf\nds = tf.data.Dataset.range(64).batch(16)\n"
+                                      "model.compile(optimizer='sgd', loss='mse')\nmodel.fit(ds)\n")], name="a.ipynb")
+    julia = write_notebook([("code", "using Flux\n")], name="b.ipynb", language="julia")
+    code, out, err = run(["check", str(python), str(julia)], capsys)
+    assert code == 1 and "[missing-shard]" in out and str(julia) not in out  # the Python one decides
+    assert err.strip() == f"npu-migrate-nb: {julia}: not a Python notebook (julia), skipped"
+    clean = write_notebook([("code", "x = 1\n")], name="c.ipynb")
+    assert run(["check", str(clean), str(julia)], capsys)[0] == 0
+
+
+def test_fix_skips_a_non_python_kernel_and_writes_nothing(tmp_path, capsys, write_notebook):
+    path = write_notebook([("code", "library(tensorflow)\n")], language="R")
+    original = path.read_bytes()
+    out_path = tmp_path / "out.ipynb"
+    for target in (["-o", str(out_path)], ["--in-place"], ["--diff"], []):
+        code, out, err = run(["fix", str(path), *target], capsys)
+        assert code == 0 and out == "", target
+        assert err.strip() == f"npu-migrate-nb: {path}: not a Python notebook (R), skipped"
+    assert path.read_bytes() == original and sorted(os.listdir(tmp_path)) == ["nb.ipynb"]
 
 
 def test_syntax_error_names_cell_and_line_and_the_rest_is_analyzed(capsys, write_notebook):
@@ -148,3 +180,91 @@ def test_fix_writes_a_notebook_that_was_already_invalid_in_its_own_way(tmp_path,
     fixed = json.loads(out_path.read_text())
     assert "shard_and_rebatch_dataset" in fixed["cells"][0]["source"]
     assert fixed["metadata"] == document["metadata"]
+
+
+def test_fix_refuses_to_write_a_notebook_its_change_made_invalid(tmp_path, capsys, monkeypatch, write_notebook):
+    from npu_migrate_nb import notebook
+
+    path = write_notebook([("code", "import tensorflow as tf\nds = tf.data.Dataset.range(64).batch(16)\n"
+                                    "model.compile(optimizer='sgd', loss='mse')\nmodel.fit(ds)\n")])
+    original = path.read_bytes()
+    # A cell source the schema does not allow, as a broken fix would produce.
+    monkeypatch.setattr(notebook, "_source_in_layout", lambda source, layout: {"not": "a source"})
+    out_path = tmp_path / "out.ipynb"
+    for target in (["-o", str(out_path)], ["--in-place"]):
+        code, out, err = run(["fix", str(path), *target], capsys)
+        assert code == 2 and out == "" and "Traceback" not in err
+        assert err.strip() == f"npu-migrate-nb: {path}: refusing to write an invalid notebook: "\
+            "{'not': 'a source'} is not valid under any of the given schemas"
+    assert path.read_bytes() == original and sorted(os.listdir(tmp_path)) == ["nb.ipynb"]
+
+
+def _nbformat_accepts(document):
+    import copy
+    import warnings
+
+    import nbformat
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            nbformat.validate(copy.deepcopy(document), version=4)
+        except nbformat.ValidationError:
+            return False
+    return True
+
+
+def _variants():
+    from .conftest import notebook_json
+
+    def variant(change, minor=5):
+        document = notebook_json([("markdown", "# title"), ("code", "import tensorflow as tf\n")],
+                                 nbformat_minor=minor)
+        change(document)
+        return document
+
+    def with_ids(*ids):
+        def change(document):
+            for cell, cell_id in zip(document["cells"], ids):
+                cell["id"] = cell_id
+        return change
+
+    def set_in(keys, value):
+        def change(document):
+            target = document
+            for key in keys[:-1]:
+                target = target[key]
+            target[keys[-1]] = value
+        return change
+
+    unchanged = lambda document: None  # noqa: E731
+    yield from (variant(unchanged, minor) for minor in range(6))  # valid, ids missing in 4.5
+    yield variant(with_ids("a", "b"))
+    yield variant(with_ids("a", "a"))  # duplicate ids: nbformat repairs them, it does not refuse
+    yield variant(with_ids("a", "b"), minor=4)  # ids are not part of 4.4
+    yield variant(with_ids("not an id!", "b"))
+    yield variant(set_in(["metadata", "kernelspec"], {"name": "python3"}))
+    yield variant(set_in(["cells", 1, "source"], 42))
+    yield variant(set_in(["cells", 1, "outputs"], [{"output_type": "bogus"}]))
+    yield variant(set_in(["cells", 0, "cell_type"], "heading"))
+    yield variant(set_in(["cells", 1, "execution_count"], "1"))
+    yield variant(set_in(["extra"], 1))
+    yield variant(set_in(["metadata", "anything"], {"goes": True}))
+
+
+@pytest.mark.parametrize("document", list(_variants()))
+def test_the_schema_check_before_writing_agrees_with_nbformat(document):
+    from npu_migrate_nb.notebook import _schema_accepts
+
+    assert _schema_accepts(document) == _nbformat_accepts(document)
+
+
+def test_a_notebook_from_the_future_is_left_to_nbformat(tmp_path, capsys, write_notebook):
+    from npu_migrate_nb.notebook import _schema_accepts
+
+    path = write_notebook([("code", "import tensorflow as tf\nds = tf.data.Dataset.range(64).batch(16)\n"
+                                    "model.compile(optimizer='sgd', loss='mse')\nmodel.fit(ds)\n")],
+                          nbformat_minor=9)
+    assert not _schema_accepts(json.loads(path.read_text()))  # nbformat relaxes its schema for these
+    code, _, err = run(["fix", str(path), "-o", str(tmp_path / "out.ipynb")], capsys)
+    assert code == 0, err
