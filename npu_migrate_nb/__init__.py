@@ -22,6 +22,14 @@ def unload_ipython_extension(shell) -> None:
     unload(shell)
 
 
+def pull(expression: str) -> list:
+    """The value of ``expression`` on every simulated rank, in rank order, e.g.
+    ``pull("history.history['loss']")`` after a ``%%npu_distribute --run`` cell."""
+    from .magics import pull as values
+
+    return values(expression)
+
+
 def panel():
     """The report of the whole notebook so far (``%npu_panel``)."""
     from .magics import panel as show

@@ -383,6 +383,15 @@ def panel(magics: Optional[NpuMagics] = None):
     return None
 
 
+def pull(expression: str) -> list:
+    from .sim.session import SessionError
+
+    try:
+        return _loaded_magics().session.pull(expression)
+    except SessionError as error:
+        raise RuntimeError(str(error)) from None
+
+
 def _loaded_magics() -> NpuMagics:
     from IPython import get_ipython
 

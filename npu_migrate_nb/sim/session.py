@@ -137,6 +137,12 @@ class ClusterSession:
                 break
         return outcomes
 
+    def pull(self, expression: str) -> list:
+        """The value of ``expression`` on every rank, in rank order (for plots: each rank's losses)."""
+        if not self.running:
+            raise SessionError("no simulated cluster is running: %npu_cluster start [-n N]")
+        return self.cluster.view.apply_sync(_evaluate_in_rank, expression)
+
     def checks(self) -> Dict[str, checks_module.Check]:
         if self.runner is None:
             return {}
@@ -187,3 +193,10 @@ def checks_text(checks: Dict[str, checks_module.Check]) -> str:
     for name, check in checks.items():
         lines.append(f"  {name:<10} {check.status:<13} {check.detail}")
     return "\n".join(lines)
+
+
+def _evaluate_in_rank(expression):
+    """Runs in a rank: ``expression`` in the namespace the cells ran in."""
+    from IPython import get_ipython
+
+    return eval(expression, get_ipython().user_ns)

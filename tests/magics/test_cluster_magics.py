@@ -71,8 +71,11 @@ def test_cells_share_state_on_the_ranks_and_a_fixed_keras_notebook_passes_the_ch
     assert "[rank 0] loss" in last and "[rank 1] loss" in last  # the model of the earlier cells, on each rank
     assert checks_of(last) == {"broadcast": "pass", "allreduce": "pass", "shard": "pass"}, last
     assert "(cell 5, keras fit)" in last  # cells are named by their execution count
+    pulled = run(kernel, "import npu_migrate_nb\nprint(npu_migrate_nb.pull(\"round(history.history['loss'][-1], 4)\"))")
+    losses = [line.split()[-1] for line in last.splitlines() if line.startswith("[rank ") and " loss " in line]
+    assert pulled.stream().strip() == "[" + ", ".join(losses) + "]", (pulled.text(), losses)
     status = run(kernel, "%npu_cluster status").text()
-    assert "cells run on the ranks: 3 ok, 4 ok, 5 ok" in status
+    assert "cells run on the ranks: 3 ok, 4 ok, 5 ok" in status  # pull runs no cell
     assert checks_of(run(kernel, "%npu_cluster checks").text())["shard"] == "pass"
     rank_pids = [p.pid for p in _descendants(kernel.pid)]
     assert len(rank_pids) >= 4  # controller, mpiexec, two ranks (and hydra)
