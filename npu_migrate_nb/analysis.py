@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 from . import knowledge as K
-from .facts import NotebookFacts, mentions, receiver_name
+from .facts import CallSite, NotebookFacts, mentions, receiver_name
 from .findings import STEPS, CellError, Finding, sort_key, unique
 from .notebook import Notebook
 
@@ -155,10 +155,32 @@ def _steps(facts: NotebookFacts, context: Context) -> Dict[str, str]:
         broadcast_forms |= K.TF1_KERAS_BROADCAST_FORMS
     present = {
         "broadcast": context.uses(*broadcast_forms),
-        "allreduce": context.uses(*K.ALLREDUCE_FORMS),
+        "allreduce": context.uses(*K.ALLREDUCE_FORMS) or any(
+            sets_is_distributed(facts, site) for site in distributed_flag_optimizers(facts)
+        ),
         "shard": has_rank_shard(facts),
     }
     return {step: "present" if present[step] else "missing" for step in STEPS}
+
+
+def distributed_flag_optimizers(facts: NotebookFacts) -> List[CallSite]:
+    """``NPUOptimizer(...)`` and ``NPULossScaleOptimizer(...)`` calls, in notebook order."""
+    return [site for _, _, site in facts.calls_to(*K.DISTRIBUTED_FLAG_OPTIMIZERS)]
+
+
+def is_distributed_argument(facts: NotebookFacts, site: CallSite) -> Optional[ast.expr]:
+    """The ``is_distributed`` argument of an NPUOptimizer/NPULossScaleOptimizer call, or None."""
+    position = K.DISTRIBUTED_FLAG_OPTIMIZERS.get(facts.resolve(site.dotted))
+    return None if position is None else site.argument(position, "is_distributed")
+
+
+def sets_is_distributed(facts: NotebookFacts, site: CallSite) -> bool:
+    """Does this unified optimizer all-reduce its gradients? Only with ``is_distributed`` given and
+    not a false constant (an expression such as ``rank_size > 1`` is taken as meant for distribution)."""
+    value = is_distributed_argument(facts, site)
+    if value is None:
+        return False
+    return not (isinstance(value, ast.Constant) and not value.value)
 
 
 def has_rank_shard(facts: NotebookFacts) -> bool:

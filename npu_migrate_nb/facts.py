@@ -329,6 +329,12 @@ def _link_calls(facts: CellFacts) -> None:
                     inner.argument_of = site
 
 
+def _source_position(site: CallSite) -> Tuple[int, int, int, int]:
+    """Where a call starts; of calls starting at one place (``x.a().b()``), the outer one first."""
+    node = site.node
+    return node.lineno, node.col_offset, -node.end_lineno, -node.end_col_offset
+
+
 def receiver_name(site: CallSite) -> Optional[str]:
     """``model`` for ``model.fit(...)``, ``self.model`` for ``self.model.fit(...)``."""
     if site.dotted and "." in site.dotted:
@@ -390,6 +396,8 @@ _CANONICAL_PREFIXES = (
     ("npu_bridge.estimator.npu.npu_estimator.", "npu_bridge."),
     ("npu_bridge.estimator.npu.npu_hook.", "npu_bridge."),
     ("npu_bridge.estimator.npu.npu_optimizer.", "npu_bridge."),
+    ("npu_bridge.estimator.npu.npu_loss_scale_optimizer.", "npu_bridge."),
+    ("npu_bridge.estimator.npu.npu_loss_scale_manager.", "npu_bridge."),
     ("npu_bridge.estimator.npu.npu_callback.", "npu_bridge."),
     ("npu_bridge.hccl.", "npu_bridge."),
     ("hccl.manage.api.", "npu_bridge."),
@@ -400,6 +408,10 @@ NPU_BRIDGE_NAMES = frozenset(
     {
         "npu_distributed_optimizer_wrapper",
         "NPUDistributedOptimizer",
+        "NPUOptimizer",
+        "NPULossScaleOptimizer",
+        "FixedLossScaleManager",
+        "ExponentialUpdateLossScaleManager",
         "NPUBroadcastGlobalVariablesHook",
         "NPUBroadcastGlobalVariablesCallback",
         "npu_hooks_append",
@@ -492,7 +504,11 @@ class NotebookFacts:
 
     # queries
     def calls(self, *methods: str) -> Iterator[Tuple[int, CellFacts, CallSite]]:
-        """Calls of these methods or functions, in notebook order."""
+        """Calls of these methods or functions, in notebook order: by cell, then by position in the
+        cell, whatever the order of ``methods`` (callers pass sets, whose order of strings changes
+        with PYTHONHASHSEED; rules take the first or the last call they meet, so the order of the
+        calls must be the source's own)."""
+        methods = tuple(dict.fromkeys(methods))
         if len(methods) == 1:
             cells = self.cells_mentioning(methods[0])
         else:
@@ -500,14 +516,19 @@ class NotebookFacts:
             cells = sorted(seen.items(), key=lambda entry: entry[0])
         for index, facts in cells:
             by_method = facts.calls_by_method
-            for method in methods:
-                for site in by_method.get(method, ()):
-                    yield index, facts, site
+            if len(methods) == 1:
+                sites = by_method.get(methods[0], ())
+            else:
+                sites = sorted(
+                    (site for method in methods for site in by_method.get(method, ())), key=_source_position
+                )
+            for site in sites:
+                yield index, facts, site
 
     def calls_to(self, *qualified: str) -> Iterator[Tuple[int, CellFacts, CallSite]]:
-        """Calls whose callee resolves to one of ``qualified`` (canonical names)."""
-        wanted = set(qualified)
-        methods = {name.rsplit(".", 1)[-1] for name in wanted}
+        """Calls whose callee resolves to one of ``qualified`` (canonical names), in notebook order."""
+        wanted = frozenset(qualified)
+        methods = sorted({name.rsplit(".", 1)[-1] for name in wanted})
         for index, facts, site in self.calls(*methods):
             if self.resolve(site.dotted) in wanted:
                 yield index, facts, site

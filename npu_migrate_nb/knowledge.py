@@ -29,10 +29,12 @@ KERAS_OPTIMIZER_STRINGS = {name.lower(): name for name in KERAS_OPTIMIZER_CLASSE
 
 OPTIMIZERS = TF1_OPTIMIZERS | KERAS_OPTIMIZERS
 
+# The adapter's Estimator: it adds the broadcast hook itself in TRAIN mode when the rank size is > 1.
+NPU_ESTIMATOR = "npu_bridge.NPUEstimator"
 ESTIMATORS = frozenset(
     {
         "tensorflow.estimator.Estimator",
-        "npu_bridge.NPUEstimator",
+        NPU_ESTIMATOR,
         "tensorflow.estimator.DNNClassifier",
         "tensorflow.estimator.DNNRegressor",
         "tensorflow.estimator.LinearClassifier",
@@ -104,6 +106,12 @@ ALLREDUCE_FORMS = frozenset(
         "npu_device.distribute.npu_distributed_keras_optimizer_wrapper",
     }
 )
+# The unified optimizers aggregate gradients only when given ``is_distributed=True`` (the default
+# is False): (canonical name, position of ``is_distributed``). Both take ``opt`` first.
+DISTRIBUTED_FLAG_OPTIMIZERS = {
+    "npu_bridge.NPUOptimizer": 2,  # (opt, loss_scale_manager=None, is_distributed=False, ...)
+    "npu_bridge.NPULossScaleOptimizer": 2,  # (opt, loss_scale_manager, is_distributed=False)
+}
 SHARD_AND_REBATCH = "npu_device.distribute.shard_and_rebatch_dataset"
 TF2_BROADCAST_CALLBACKS = frozenset(
     {

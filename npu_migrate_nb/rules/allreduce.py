@@ -8,7 +8,8 @@ from typing import Iterable, Iterator, List, Optional
 from .. import knowledge as K
 from ..facts import CallSite, CellFacts, dotted_name
 from ..findings import NEEDS_NPU_BRIDGE, NEEDS_NPU_DEVICE, Edit, Finding
-from .base import Example, Rule, insert_after, keras_prefix, replace, single_target, wrap
+from ..analysis import is_distributed_argument
+from .base import Example, Rule, add_argument, insert_after, keras_prefix, replace, single_target, wrap
 from .reduction import reduction_for
 
 TF1_WRAPPER = "npu_distributed_optimizer_wrapper"
@@ -41,6 +42,24 @@ class MissingAllreduce(Rule):
         "    opt.apply_gradients(zip(grads, model.trainable_variables))\n",
         # Nothing trains: nothing to aggregate.
         "import tensorflow as tf\nx = tf.constant(1.0)\n",
+        # The unified NPUOptimizer all-reduces (mean) with is_distributed=True.
+        "from npu_bridge.npu_init import *\n"
+        "import tensorflow as tf\n"
+        "def model_fn(features, labels, mode):\n"
+        "    loss = tf.reduce_mean(tf.layers.dense(features, 1))\n"
+        "    optimizer = NPUOptimizer(tf.train.AdamOptimizer(1e-3), is_distributed=True)\n"
+        "    train_op = optimizer.minimize(loss, global_step=tf.train.get_global_step())\n"
+        "    return NPUEstimatorSpec(mode=mode, loss=loss, train_op=train_op)\n"
+        "estimator = NPUEstimator(model_fn=model_fn)\n",
+        # NPULossScaleOptimizer from its own module, is_distributed given by position.
+        "import tensorflow as tf\n"
+        "from npu_bridge.estimator.npu.npu_loss_scale_optimizer import NPULossScaleOptimizer\n"
+        "from npu_bridge.estimator.npu.npu_loss_scale_manager import FixedLossScaleManager\n"
+        "optimizer = tf.train.MomentumOptimizer(0.01, 0.9)\n"
+        "optimizer = NPULossScaleOptimizer(optimizer, FixedLossScaleManager(2 ** 10), True)\n"
+        "train_op = optimizer.minimize(loss)\n"
+        "with tf.Session() as sess:\n"
+        "    sess.run(train_op)\n",
     ]
 
     INVALID = [
@@ -68,6 +87,46 @@ class MissingAllreduce(Rule):
             "        return tf.estimator.EstimatorSpec(mode=mode, loss=loss, train_op=train_op)\n"
             "# %%\n"
             "estimator = tf.estimator.Estimator(model_fn=cnn_model_fn)\n",
+            adapter="npu_bridge",
+        ),
+        # NPUOptimizer without is_distributed (default False): it does not aggregate; the fix sets it.
+        Example(
+            "from npu_bridge.npu_init import *\n"
+            "import tensorflow as tf\n"
+            "def model_fn(features, labels, mode):\n"
+            "    loss = tf.reduce_mean(tf.layers.dense(features, 1))\n"
+            "    optimizer = NPUOptimizer(tf.train.AdamOptimizer(1e-3), is_loss_scale=False)\n"
+            "    train_op = optimizer.minimize(loss, global_step=tf.train.get_global_step())\n"
+            "    return NPUEstimatorSpec(mode=mode, loss=loss, train_op=train_op)\n"
+            "estimator = NPUEstimator(model_fn=model_fn)\n",
+            "from npu_bridge.npu_init import *\n"
+            "import tensorflow as tf\n"
+            "def model_fn(features, labels, mode):\n"
+            "    loss = tf.reduce_mean(tf.layers.dense(features, 1))\n"
+            "    optimizer = NPUOptimizer(tf.train.AdamOptimizer(1e-3), is_loss_scale=False, is_distributed=True)\n"
+            "    train_op = optimizer.minimize(loss, global_step=tf.train.get_global_step())\n"
+            "    return NPUEstimatorSpec(mode=mode, loss=loss, train_op=train_op)\n"
+            "estimator = NPUEstimator(model_fn=model_fn)\n",
+            adapter="npu_bridge",
+        ),
+        # NPULossScaleOptimizer with is_distributed=False, the optimizer it wraps created before it.
+        Example(
+            "import tensorflow as tf\n"
+            "from npu_bridge.estimator.npu.npu_loss_scale_optimizer import NPULossScaleOptimizer\n"
+            "from npu_bridge.estimator.npu.npu_loss_scale_manager import FixedLossScaleManager\n"
+            "optimizer = tf.train.MomentumOptimizer(0.01, 0.9)\n"
+            "optimizer = NPULossScaleOptimizer(optimizer, FixedLossScaleManager(2 ** 10), is_distributed=False)\n"
+            "train_op = optimizer.minimize(loss)\n"
+            "with tf.Session() as sess:\n"
+            "    sess.run(train_op)\n",
+            "import tensorflow as tf\n"
+            "from npu_bridge.estimator.npu.npu_loss_scale_optimizer import NPULossScaleOptimizer\n"
+            "from npu_bridge.estimator.npu.npu_loss_scale_manager import FixedLossScaleManager\n"
+            "optimizer = tf.train.MomentumOptimizer(0.01, 0.9)\n"
+            "optimizer = NPULossScaleOptimizer(optimizer, FixedLossScaleManager(2 ** 10), is_distributed=True)\n"
+            "train_op = optimizer.minimize(loss)\n"
+            "with tf.Session() as sess:\n"
+            "    sess.run(train_op)\n",
             adapter="npu_bridge",
         ),
         # TF1 optimizer created inline, in a helper, through a compat.v1 alias.
@@ -164,7 +223,7 @@ class MissingAllreduce(Rule):
     def check(self, context) -> Iterable[Finding]:
         if context.steps["allreduce"] != "missing" or _horovod_optimizer(context):
             return []
-        findings: List[Finding] = []
+        findings: List[Finding] = list(self._set_is_distributed(context))
         if context.tf1:
             findings += self._wrap_tf1_optimizers(context)
         if "keras" in context.frameworks:
@@ -176,11 +235,29 @@ class MissingAllreduce(Rule):
             "computation was recognized"
         )
 
+    # -- NPUOptimizer / NPULossScaleOptimizer: all-reduce only with is_distributed=True
+    def _set_is_distributed(self, context) -> Iterator[Finding]:
+        for cell, facts, site in context.facts.calls_to(*K.DISTRIBUTED_FLAG_OPTIMIZERS):
+            value = is_distributed_argument(context.facts, site)
+            if value is None:
+                edit = add_argument(cell, facts, site.node, "is_distributed=True")
+            else:
+                edit = replace(cell, facts, value, "True")
+            yield self.finding(
+                cell, facts, site.node,
+                f"gradients are not aggregated across ranks: {site.method} all-reduces them only with "
+                "is_distributed=True (the default is False)",
+                [edit],
+            )
+
     # -- TF1: wrap every tf.train optimizer where it is created
     def _wrap_tf1_optimizers(self, context) -> Iterator[Finding]:
+        given = _given_to_flag_optimizers(context)
         for cell, facts, site in context.facts.calls_to(*K.TF1_OPTIMIZERS):
-            if _already_wrapped(context, site):
-                continue
+            if _already_wrapped(context, site) or id(site.node) in given or (
+                (site.function, single_target(site.stmt)) in given
+            ):
+                continue  # the fix sets is_distributed=True on the NPUOptimizer it is given to
             yield self.finding(
                 cell,
                 facts,
@@ -276,6 +353,19 @@ def _creation_of(context, name: str, use: CallSite):
     candidates.sort(key=lambda item: item[0])
     _, cell, facts, site = candidates[-1]
     return cell, facts, site
+
+
+def _given_to_flag_optimizers(context) -> set:
+    """The optimizers given to NPUOptimizer/NPULossScaleOptimizer: their constructor calls (by id)
+    and the (function, name) they are bound to."""
+    given: set = set()
+    for _, _, site in context.facts.calls_to(*K.DISTRIBUTED_FLAG_OPTIMIZERS):
+        inner = site.argument(0, "opt")
+        if isinstance(inner, ast.Call):
+            given.add(id(inner))
+        elif isinstance(inner, ast.Name):
+            given.add((site.function, inner.id))
+    return given
 
 
 def _already_wrapped(context, site: CallSite) -> bool:

@@ -256,8 +256,14 @@ TRAINING_CALLS = ("fit", "train", "train_and_evaluate", "gradient", "minimize", 
 
 
 def training_call(context: "Context"):
-    """The notebook's first training call (cell, facts, site), where an unlocatable step is reported."""
-    return next(context.facts.calls(*TRAINING_CALLS), None)
+    """The notebook's first training call (cell, facts, site), where an unlocatable step is reported:
+    the first cell that has one, and in it the call of the highest priority (``est.train`` before
+    the ``minimize`` in its ``model_fn``), then the first in source order."""
+    return min(
+        context.facts.calls(*TRAINING_CALLS),
+        key=lambda found: (found[0], TRAINING_CALLS.index(found[2].method), found[2].node.lineno, found[2].node.col_offset),
+        default=None,
+    )
 
 
 def keras_prefix(context: "Context") -> str:

@@ -35,6 +35,19 @@ class MissingBroadcast(Rule):
         # NPUEstimator broadcasts by itself.
         "from npu_bridge.npu_init import *\n"
         "estimator = NPUEstimator(model_fn=model_fn)\nestimator.train(input_fn, max_steps=10)\n",
+        # NPUEstimator imported from its module, trained through train_and_evaluate.
+        "import tensorflow as tf\n"
+        "from npu_bridge.estimator.npu.npu_estimator import NPUEstimator\n"
+        "estimator = NPUEstimator(model_fn=model_fn, config=run_config)\n"
+        "train_spec = tf.estimator.TrainSpec(input_fn=train_input_fn, max_steps=1000)\n"
+        "tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)\n",
+        # NPUEstimator on the NPU, a plain Estimator elsewhere (one device: nothing to broadcast).
+        "from npu_bridge.npu_init import *\nimport tensorflow as tf\n"
+        "if on_npu:\n"
+        "    estimator = NPUEstimator(model_fn=model_fn, config=NPURunConfig())\n"
+        "else:\n"
+        "    estimator = tf.estimator.Estimator(model_fn=model_fn)\n"
+        "estimator.train(input_fn, max_steps=1000)\n",
         # TF2: broadcast once the model exists (the second seed).
         "import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\n"
         "model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(4,))])\n"
@@ -43,6 +56,19 @@ class MissingBroadcast(Rule):
     ]
 
     INVALID = [
+        # An NPUEstimator replaced by a plain Estimator before training: the plain one trains.
+        Example(
+            "from npu_bridge.npu_init import *\n"
+            "import tensorflow as tf\n"
+            "estimator = NPUEstimator(model_fn=model_fn, config=NPURunConfig())\n"
+            "estimator = tf.estimator.Estimator(model_fn=model_fn)\n"
+            "estimator.train(input_fn, max_steps=1000)\n",
+            "from npu_bridge.npu_init import *\n"
+            "import tensorflow as tf\n"
+            "estimator = NPUEstimator(model_fn=model_fn, config=NPURunConfig())\n"
+            "estimator = tf.estimator.Estimator(model_fn=model_fn)\n"
+            "estimator.train(input_fn, max_steps=1000, hooks=npu_hooks_append())\n",
+        ),
         # The seed's method one, default style: hooks=npu_hooks_append(...) at the training call.
         Example(
             "import tensorflow as tf\n"
@@ -184,7 +210,7 @@ class MissingBroadcast(Rule):
             if estimators.get(receiver_name(site)) is False and not _hooks_broadcast(context, site):
                 yield self._hooks_finding(context, cell, facts, site, "the training call")
         for cell, facts, site in context.facts.calls_to(K.TRAIN_SPEC):
-            if not _hooks_broadcast(context, site):
+            if not _hooks_broadcast(context, site) and not _trained_by_npu_estimator(context, site, estimators):
                 yield self._hooks_finding(context, cell, facts, site, "the TrainSpec")
 
     # -- TF1 sessions: the hook for MonitoredTrainingSession, a broadcast run after initialization
@@ -338,13 +364,64 @@ def _add_callback(cell, facts: CellFacts, site: CallSite, callback: str, needs: 
 
 
 def _estimator_names(context) -> dict:
-    """Estimator variable -> whether it broadcasts by itself (NPUEstimator does, in TRAIN mode)."""
-    names = {}
-    for _, _, site in context.facts.calls_to(*K.ESTIMATORS):
+    """Estimator variable -> whether it broadcasts by itself (NPUEstimator does, in TRAIN mode).
+
+    The constructions bound to a name are read in notebook order and the last one wins, except that
+    alternatives (the branches of one ``if``/``else`` or ``try``/``except``: an NPUEstimator on the
+    NPU, a plain Estimator elsewhere, where one device has nothing to broadcast) broadcast if one
+    of them does."""
+    names: dict = {}
+    previous: dict = {}  # name -> (cell, facts, statement) of its last construction
+    for cell, facts, site in context.facts.calls_to(*K.ESTIMATORS):
         target = _target_of(site)
-        if target:
-            names[target] = context.facts.resolve(site.dotted) == "npu_bridge.NPUEstimator"
+        if not target:
+            continue
+        broadcasts = context.facts.resolve(site.dotted) == K.NPU_ESTIMATOR
+        last = previous.get(target)
+        if last is not None and last[0] == cell and _alternatives(last[1], last[2], site.stmt):
+            broadcasts = broadcasts or names[target]
+        names[target] = broadcasts
+        previous[target] = (cell, facts, site.stmt)
     return names
+
+
+def _alternatives(facts: CellFacts, first: ast.stmt, second: ast.stmt) -> bool:
+    """Are the two statements in different branches of one ``if`` or ``try`` (only one of them runs)?"""
+    for node in ast.walk(facts.tree):
+        if isinstance(node, ast.If):
+            branches = [node.body, node.orelse]
+        elif isinstance(node, ast.Try):
+            branches = [node.body] + [handler.body for handler in node.handlers]
+        else:
+            continue
+        sides = [_branch_holding(branches, stmt) for stmt in (first, second)]
+        if None not in sides and sides[0] != sides[1]:
+            return True
+    return False
+
+
+def _branch_holding(branches, stmt: ast.stmt):
+    for index, body in enumerate(branches):
+        if body and body[0].lineno <= stmt.lineno and stmt.end_lineno <= body[-1].end_lineno:
+            return index
+    return None
+
+
+def _trained_by_npu_estimator(context, site: CallSite, estimators: dict) -> bool:
+    """Is this TrainSpec given to ``train_and_evaluate`` with an NPUEstimator (which broadcasts)?"""
+    spec_name = _target_of(site)
+    for _, _, call in context.facts.calls_to(K.TRAIN_AND_EVALUATE):
+        spec = call.argument(1, "train_spec")
+        given = spec is site.node or (
+            spec_name is not None and isinstance(spec, ast.Name) and spec.id == spec_name
+        )
+        if not given:
+            continue
+        estimator = call.argument(0, "estimator")
+        if isinstance(estimator, ast.Call):
+            return context.facts.resolve(dotted_name(estimator.func)) == K.NPU_ESTIMATOR
+        return estimators.get(dotted_name(estimator) if estimator is not None else None) is True
+    return False
 
 
 def _hooks_broadcast(context, site: CallSite) -> bool:
