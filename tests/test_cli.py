@@ -114,27 +114,27 @@ def test_scripts_are_one_cell(tmp_path, capsys):
     assert "shard_and_rebatch_dataset(ds, 4)" in out_path.read_text()
 
 
-def test_check_never_imports_tensorflow_libcst_or_nbformat():
+def modules_imported_by(argv, modules):
+    """(exit code, which of ``modules`` the command imported), in a fresh process."""
     probe = (
         "import sys\nfrom npu_migrate_nb.cli import main\n"
-        f"main(['check', {str(EXAMPLES / 'keras_single_card.ipynb')!r}])\n"
-        "heavy = sorted(m for m in ('tensorflow', 'libcst', 'nbformat', 'IPython') if m in sys.modules)\n"
-        "sys.stderr.write(repr(heavy))\n"
+        f"code = main({argv!r})\n"
+        f"sys.stderr.write(repr((code, sorted(m for m in {tuple(modules)!r} if m in sys.modules))))\n"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
-    assert done.stderr.strip().endswith("[]"), done.stderr
+    return eval(done.stderr.strip().splitlines()[-1])
+
+
+def test_check_never_imports_tensorflow_libcst_or_nbformat():
+    _, heavy = modules_imported_by(["check", str(EXAMPLES / "keras_single_card.ipynb")],
+                                   ("tensorflow", "libcst", "nbformat", "IPython"))
+    assert heavy == []
 
 
 def test_fix_validates_without_importing_nbformat(tmp_path):
     # nbformat's import (jsonschema's format checkers) cost fix 1.4 s of its 1.9 s; its schema is used directly.
-    probe = (
-        "import sys\nfrom npu_migrate_nb.cli import main\n"
-        f"code = main(['fix', {str(EXAMPLES / 'keras_single_card.ipynb')!r}, '-o', {str(tmp_path / 'out.ipynb')!r}])\n"
-        "heavy = sorted(m for m in ('tensorflow', 'nbformat', 'jsonschema', 'IPython') if m in sys.modules)\n"
-        "sys.stderr.write(repr((code, heavy)))\n"
-    )
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
-    assert done.stderr.strip().endswith("(0, [])"), done.stderr
+    argv = ["fix", str(EXAMPLES / "keras_single_card.ipynb"), "-o", str(tmp_path / "out.ipynb")]
+    assert modules_imported_by(argv, ("tensorflow", "nbformat", "jsonschema", "IPython")) == (0, [])
     assert "npu.distribute.broadcast" in (tmp_path / "out.ipynb").read_text()
 
 
