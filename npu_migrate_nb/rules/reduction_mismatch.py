@@ -6,9 +6,9 @@ from __future__ import annotations
 import ast
 from typing import Iterable, Iterator, Optional
 
-from ..facts import CallSite
+from ..facts import CallSite, receiver_name
 from ..findings import Finding
-from .base import Example, Rule, replace
+from .base import Example, Rule, replace, single_target
 from .reduction import reduction_for
 
 
@@ -18,6 +18,16 @@ class ReductionMismatch(Rule):
     severity = "error"
 
     VALID = [
+        # The wrapper's mean is right for a per-rank mean loss, and for Keras fit (no apply_gradients here).
+        "import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\n"
+        "opt = npu.distribute.npu_distributed_keras_optimizer_wrapper(tf.keras.optimizers.SGD(0.1))\n"
+        "with tf.GradientTape() as tape:\n"
+        "    loss = tf.reduce_mean(model(x))\n"
+        "grads = tape.gradient(loss, model.trainable_variables)\n"
+        "opt.apply_gradients(zip(grads, model.trainable_variables))\n",
+        "import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\n"
+        "model.compile(optimizer=npu.distribute.npu_distributed_keras_optimizer_wrapper(tf.keras.optimizers.SGD()), loss='mse')\n"
+        "model.fit(ds)\n",
         "import tensorflow as tf\nimport npu_device as npu\n"
         "with tf.GradientTape() as tape:\n"
         "    loss = tf.reduce_mean(model(x))\n"
@@ -50,40 +60,80 @@ class ReductionMismatch(Rule):
             "grads = tape.gradient(loss, model.trainable_variables)\n"
             "grads = npu.distribute.all_reduce(grads, reduction=\"mean\")\n",
         ),
+        # What the vendor's TF2 tool leaves: the optimizer wrapped (a mean) in a loop whose loss is
+        # already divided by the global batch: once the data is sharded, each update is 1/N too small.
+        Example(
+            "import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\n"
+            "optimizer = npu.distribute.npu_distributed_keras_optimizer_wrapper(tf.keras.optimizers.SGD(0.1))\n"
+            "# %%\n"
+            "with tf.GradientTape() as tape:\n"
+            "    loss = tf.reduce_sum(per_example) / GLOBAL_BATCH\n"
+            "grads = tape.gradient(loss, model.trainable_variables)\n"
+            "optimizer.apply_gradients(zip(grads, model.trainable_variables))\n",
+            "import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\n"
+            "optimizer = npu.distribute.npu_distributed_keras_optimizer_wrapper(tf.keras.optimizers.SGD(0.1), reduce_reduction=\"sum\")\n"
+            "# %%\n"
+            "with tf.GradientTape() as tape:\n"
+            "    loss = tf.reduce_sum(per_example) / GLOBAL_BATCH\n"
+            "grads = tape.gradient(loss, model.trainable_variables)\n"
+            "optimizer.apply_gradients(zip(grads, model.trainable_variables))\n",
+        ),
     ]
 
     def check(self, context) -> Iterable[Finding]:
-        return list(self._findings(context))
+        return list(self._all_reduce_findings(context)) + list(self._wrapper_findings(context))
 
-    def _findings(self, context) -> Iterator[Finding]:
+    def _all_reduce_findings(self, context) -> Iterator[Finding]:
         for cell, facts, site in context.facts.calls_to("npu_device.distribute.all_reduce"):
-            gradient = _gradient_reduced(facts, site)
+            gradient = _gradient_of(facts, site, site.argument(0, "values"))
             if gradient is None:
                 continue
-            wanted, reason = reduction_for(context, facts, gradient)
-            given = _given_reduction(site)
-            if given is None or given == wanted:
-                continue
-            keyword = site.keyword("reduction")
-            yield self.finding(
-                cell, facts, keyword.value if keyword is not None else site.node,
-                f'all_reduce uses "{given}" but {reason}: "{wanted}" keeps the single-card math',
-                [_set_reduction(cell, facts, site, wanted)],
-            )
+            yield from self._mismatch(context, cell, facts, site, facts, gradient, "all_reduce", ALL_REDUCE)
+
+    def _wrapper_findings(self, context) -> Iterator[Finding]:
+        """The optimizer wrapper all-reduces with ``reduce_reduction`` ("mean" by default) in
+        ``apply_gradients``: in a custom loop, the gradients it gets decide which reduction is right."""
+        for cell, facts, site in context.facts.calls_to(WRAPPER.qualified):
+            for g_facts, gradient in _gradients_applied_by(context, _names_of_wrapped(site)):
+                yield from self._mismatch(context, cell, facts, site, g_facts, gradient,
+                                          "npu_distributed_keras_optimizer_wrapper", WRAPPER)
+                break
+
+    def _mismatch(self, context, cell, facts, site, g_facts, gradient, what, api) -> Iterator[Finding]:
+        wanted, reason = reduction_for(context, g_facts, gradient)
+        given = _given_reduction(site, api)
+        if given is None or given == wanted:
+            return
+        keyword = site.keyword(api.keyword)
+        yield self.finding(
+            cell, facts, keyword.value if keyword is not None else site.node,
+            f'{what} uses "{given}" but {reason}: "{wanted}" keeps the single-card math',
+            [_set_reduction(cell, facts, site, wanted, api)],
+        )
 
 
-def _given_reduction(site: CallSite) -> Optional[str]:
-    value = site.argument(1, "reduction")
+class _Api:
+    """Where an API takes its reduction: ``fn(first, <reduction>, ...)``."""
+
+    def __init__(self, qualified: str, first: str, keyword: str):
+        self.qualified, self.first, self.keyword = qualified, first, keyword
+
+
+ALL_REDUCE = _Api("npu_device.distribute.all_reduce", "values", "reduction")
+WRAPPER = _Api("npu_device.distribute.npu_distributed_keras_optimizer_wrapper", "optimizer", "reduce_reduction")
+
+
+def _given_reduction(site: CallSite, api: _Api) -> Optional[str]:
+    value = site.argument(1, api.keyword)
     if value is None:
-        return "mean"  # the API's default
+        return "mean"  # both APIs' default
     if isinstance(value, ast.Constant) and isinstance(value.value, str):
         return value.value
     return None
 
 
-def _gradient_reduced(facts, site: CallSite) -> Optional[CallSite]:
-    """The tape.gradient call whose result this all_reduce reduces."""
-    values = site.argument(0, "values")
+def _gradient_of(facts, site: CallSite, values) -> Optional[CallSite]:
+    """The tape.gradient call whose result ``values`` (an argument of ``site``) is."""
     if isinstance(values, ast.Call):
         return next((s for s in facts.calls if s.node is values and s.method == "gradient"), None)
     if isinstance(values, ast.Name):
@@ -96,14 +146,39 @@ def _gradient_reduced(facts, site: CallSite) -> Optional[CallSite]:
     return None
 
 
-def _set_reduction(cell, facts, site: CallSite, reduction: str):
+def _names_of_wrapped(site: CallSite) -> set:
+    """The names the wrapped optimizer goes by: the wrapper patches its argument in place and
+    returns it, so ``opt = wrapper(opt)``, ``o2 = wrapper(opt)`` and a bare ``wrapper(opt)`` all count."""
+    names = set()
+    optimizer = site.argument(0, WRAPPER.first)
+    if isinstance(optimizer, ast.Name):
+        names.add(optimizer.id)
+    target = single_target(site.stmt)
+    if target is not None and getattr(site.stmt, "value", None) is site.node:
+        names.add(target)
+    return names
+
+
+def _gradients_applied_by(context, names: set) -> Iterator:
+    """(facts, tape.gradient call) for each ``<name>.apply_gradients(zip(grads, ...))`` of these names."""
+    for _, facts, apply in context.facts.calls("apply_gradients"):
+        if receiver_name(apply) not in names:
+            continue
+        pairs = apply.argument(0, "grads_and_vars")
+        if isinstance(pairs, ast.Call) and isinstance(pairs.func, ast.Name) and pairs.func.id == "zip" and pairs.args:
+            gradient = _gradient_of(facts, apply, pairs.args[0])
+            if gradient is not None:
+                yield facts, gradient
+
+
+def _set_reduction(cell, facts, site: CallSite, reduction: str, api: _Api):
     args = [facts.segment(arg) for arg in site.node.args[:1]]
     keywords = [
-        f"{k.arg}={facts.segment(k.value)}" for k in site.node.keywords if k.arg not in ("reduction", "values")
+        f"{k.arg}={facts.segment(k.value)}" for k in site.node.keywords if k.arg not in (api.keyword, api.first)
     ]
-    values = site.argument(0, "values")
-    if not args and values is not None:
-        args = [facts.segment(values)]
-    parts = args + [f'reduction="{reduction}"'] + [a for a in (facts.segment(x) for x in site.node.args[2:])] + keywords
+    first = site.argument(0, api.first)
+    if not args and first is not None:
+        args = [facts.segment(first)]
+    parts = args + [f'{api.keyword}="{reduction}"'] + [facts.segment(x) for x in site.node.args[2:]] + keywords
     callee = facts.segment(site.node.func)
     return replace(cell, facts, site.node, f"{callee}({', '.join(parts)})")
