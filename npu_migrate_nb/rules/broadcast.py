@@ -325,12 +325,16 @@ class MissingBroadcast(Rule):
 
 
 def _uses_tf2_callback(context) -> bool:
+    """The TF2 broadcast callback, given directly or through npu_callbacks_append: tf2-broadcast-callback
+    puts a working broadcast in its place."""
+    from .tf2_broadcast_callback import tf2_callbacks_appends
+
     if context.tf1:
         return False
     return any(
         context.facts.resolve(site.dotted).startswith(("npu_device.", "npu_bridge."))
         for _, _, site in context.facts.calls("NPUBroadcastGlobalVariablesCallback")
-    )
+    ) or next(tf2_callbacks_appends(context), None) is not None
 
 
 def first_batch_broadcast(context, model: str) -> str:

@@ -59,6 +59,39 @@ class TF2BroadcastCallback(Rule):
             "npu.distribute.broadcast(model.trainable_variables)\n"
             "model.fit(ds, callbacks=[tb])\n",
         ),
+        # What the vendor's TF2 tool leaves: npu_callbacks_append, whose callback never broadcasts.
+        Example(
+            "import tensorflow as tf\n"
+            "import npu_device as npu\n"
+            "npu.open().as_default()\n"
+            "model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(4,))])\n"
+            "model.compile(optimizer='sgd', loss='mse')\n"
+            "model.fit(ds, callbacks=npu.distribute.npu_callbacks_append([tb]))\n",
+            "import tensorflow as tf\n"
+            "import npu_device as npu\n"
+            "npu.open().as_default()\n"
+            "model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(4,))])\n"
+            "model.compile(optimizer='sgd', loss='mse')\n"
+            "npu.distribute.broadcast(model.trainable_variables)\n"
+            "model.fit(ds, callbacks=[tb])\n",
+        ),
+        Example(
+            "import tensorflow as tf\n"
+            "import npu_device as npu\n"
+            "from npu_device.distribute import npu_callbacks_append\n"
+            "npu.open().as_default()\n"
+            "model = tf.keras.Sequential([tf.keras.layers.Dense(1)])\n"
+            "model.compile(optimizer='sgd', loss='mse')\n"
+            "model.fit(ds, callbacks=npu_callbacks_append(callbacks))\n",
+            "import tensorflow as tf\n"
+            "import npu_device as npu\n"
+            "from npu_device.distribute import npu_callbacks_append\n"
+            "npu.open().as_default()\n"
+            "model = tf.keras.Sequential([tf.keras.layers.Dense(1)])\n"
+            "model.compile(optimizer='sgd', loss='mse')\n"
+            "model.fit(ds, callbacks=[*callbacks, tf.keras.callbacks.LambdaCallback(on_train_batch_end=lambda batch, "
+            "logs: batch == 0 and npu.distribute.broadcast(model.trainable_variables))])\n",
+        ),
     ]
 
     def check(self, context) -> Iterable[Finding]:
@@ -67,6 +100,14 @@ class TF2BroadcastCallback(Rule):
     def _findings(self, context) -> Iterator[Finding]:
         if context.tf1:
             return
+        for cell, facts, site in tf2_callbacks_appends(context):
+            yield self.finding(
+                cell, facts, site.node,
+                "npu_callbacks_append under the TF2 adapter appends NPUBroadcastGlobalVariablesCallback, which "
+                f"never broadcasts (a defect of the adapter): call {context.npu}.distribute.broadcast("
+                "model.trainable_variables) before fit instead",
+                broadcast_instead_of_append(context, cell, facts, site),
+            )
         for cell, facts, site in context.facts.calls("NPUBroadcastGlobalVariablesCallback"):
             if not context.facts.resolve(site.dotted).startswith(("npu_device.", "npu_bridge.")):
                 continue
@@ -97,6 +138,30 @@ def broadcast_instead_of_callback(context, cell, facts, site):
         return []
     code = f"{context.npu}.distribute.broadcast({model}.trainable_variables)"
     return [removal, insert_before(cell, facts, fit.stmt, code, [NEEDS_NPU_DEVICE])]
+
+
+def tf2_callbacks_appends(context):
+    """``npu_callbacks_append`` calls that come from the TF2 adapter (npu_device)."""
+    for cell, facts, site in context.facts.calls("npu_callbacks_append"):
+        if context.facts.resolve(site.dotted).startswith("npu_device."):
+            yield cell, facts, site
+
+
+def broadcast_instead_of_append(context, cell, facts, site):
+    """``callbacks=npu_callbacks_append(cbs)`` becomes ``callbacks=cbs`` with a broadcast that works:
+    before fit when the model is built, else a callback that broadcasts after the first batch."""
+    fit = _fit_using(facts, site)
+    if fit is None:
+        return []
+    model = receiver_name(fit)
+    given = site.argument(0, "callbacks_list")
+    kept = facts.segment(given) if given is not None else None
+    if not model_is_built_before_fit(context, model):
+        callback = first_batch_broadcast(context, model)
+        code = f"[*{kept}, {callback}]" if kept else f"[{callback}]"
+        return [replace(cell, facts, site.node, code, [NEEDS_NPU_DEVICE])]
+    code = f"{context.npu}.distribute.broadcast({model}.trainable_variables)"
+    return [replace(cell, facts, site.node, kept or "[]"), insert_before(cell, facts, fit.stmt, code, [NEEDS_NPU_DEVICE])]
 
 
 def _fit_using(facts, site) -> Optional[object]:
