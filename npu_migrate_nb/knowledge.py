@@ -79,6 +79,21 @@ DATASET_SOURCES = frozenset(
     }
 )
 BATCH_METHODS = frozenset({"batch", "padded_batch"})
+# Keras utilities that return a BATCHED dataset: (their batch_size default, whether they shuffle by default).
+BATCHED_SOURCE_DEFAULTS = {
+    "image_dataset_from_directory": (32, True),
+    "text_dataset_from_directory": (32, True),
+    "audio_dataset_from_directory": (32, True),
+    "timeseries_dataset_from_array": (128, False),
+}
+BATCHED_SOURCES = frozenset(
+    f"tensorflow.keras.{module}.{name}"
+    for name in BATCHED_SOURCE_DEFAULTS
+    for module in ("utils", "preprocessing", "preprocessing.image", "preprocessing.text", "preprocessing.timeseries")
+)
+# The seed a fix gives a shuffle that comes before the shard: the same on every rank, so that the ranks'
+# shards of one permutation are disjoint.
+SHARED_SEED = 1234
 # Names that mark data used only for evaluation; those pipelines are not sharded.
 EVALUATION_WORDS = ("eval", "test", "valid", "val_")
 

@@ -347,7 +347,11 @@ def _parse(magic, line: str):
 
 
 def replayable(source: str) -> str:
-    """A cell as the ranks should run it again: our own magics' lines left out."""
+    """A cell as the ranks should run it again: our own magics' lines left out, and nothing of a
+    ``%%npu_distribute --check``/``--diff`` cell (its code never ran)."""
+    first = source.lstrip().split("\n", 1)[0]
+    if first.startswith(MAGIC_LINE) and {"--check", "--diff", "-h", "--help"} & set(first.split()[1:]):
+        return ""
     lines = source.splitlines(keepends=True)
     kept = [line for line in lines if not line.lstrip().startswith(_OWN_LINE_MAGICS)]
     text = "".join(kept)

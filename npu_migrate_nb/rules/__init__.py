@@ -16,6 +16,7 @@ from .shard import MissingShard
 from .shard_after_batch import ShardAfterBatch
 from .shared_model_dir import SharedModelDir
 from .tf2_broadcast_callback import TF2BroadcastCallback
+from .unseeded_shuffle import UnseededShuffle
 
 RULE_CLASSES = (
     MissingBroadcast,
@@ -24,6 +25,7 @@ RULE_CLASSES = (
     HooksTuple,
     OpenWithoutAsDefault,
     ShardAfterBatch,
+    UnseededShuffle,
     BatchNotDivisible,
     TF2BroadcastCallback,
     BroadcastBeforeBuild,

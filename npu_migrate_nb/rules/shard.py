@@ -100,6 +100,32 @@ class MissingShard(Rule):
             "        loss = tf.reduce_mean(model(images))\n"
             "    grads = tape.gradient(loss, model.trainable_variables)\n",
         ),
+        # A Keras utility that batches and shuffles by itself: unbatch, shard, rebatch; one shuffle seed.
+        Example(
+            "import tensorflow as tf\n"
+            "train_ds = tf.keras.utils.image_dataset_from_directory('photos', image_size=(64, 64), batch_size=64)\n"
+            "train_ds = train_ds.cache().prefetch(tf.data.AUTOTUNE)\n"
+            "model.compile(optimizer='sgd', loss='mse')\nmodel.fit(train_ds)\n",
+            "import tensorflow as tf\n"
+            "import os\n"
+            "train_ds = tf.keras.utils.image_dataset_from_directory('photos', image_size=(64, 64), batch_size=64, "
+            "seed=1234).unbatch().shard(int(os.getenv('RANK_SIZE', '1')), int(os.getenv('RANK_ID', '0')))"
+            ".batch(64 // int(os.getenv('RANK_SIZE', '1')))\n"
+            "train_ds = train_ds.cache().prefetch(tf.data.AUTOTUNE)\n"
+            "model.compile(optimizer='sgd', loss='mse')\nmodel.fit(train_ds)\n",
+        ),
+        # A time series does not shuffle by default (no seed needed); its batch_size defaults to 128.
+        Example(
+            "import tensorflow as tf\n"
+            "ds = tf.keras.utils.timeseries_dataset_from_array(data, targets, sequence_length=10)\n"
+            "model.compile(optimizer='sgd', loss='mse')\nmodel.fit(ds)\n",
+            "import tensorflow as tf\n"
+            "import os\n"
+            "ds = tf.keras.utils.timeseries_dataset_from_array(data, targets, sequence_length=10).unbatch()"
+            ".shard(int(os.getenv('RANK_SIZE', '1')), int(os.getenv('RANK_ID', '0')))"
+            ".batch(128 // int(os.getenv('RANK_SIZE', '1')))\n"
+            "model.compile(optimizer='sgd', loss='mse')\nmodel.fit(ds)\n",
+        ),
         # Numpy arrays given to fit: each rank takes every N-th sample, the batch is split.
         Example(
             "import tensorflow as tf\n"
@@ -125,6 +151,9 @@ class MissingShard(Rule):
             if _for_evaluation(facts, site):
                 continue
             findings.append(self._shard_pipeline(context, cell, facts, site))
+        for cell, facts, site in context.facts.calls_to(*K.BATCHED_SOURCES):
+            if not _for_evaluation(facts, site) and not is_validation_subset(site):
+                findings.append(self._shard_batched_source(context, cell, facts, site))
         if "keras" in context.frameworks:
             findings += self._shard_arrays(context)
         return findings or self.unlocated(
@@ -153,6 +182,25 @@ class MissingShard(Rule):
             f"every rank reads the same data: {how}{split}", edits,
         )
 
+    # -- Keras utilities that batch (and shuffle) by themselves
+    def _shard_batched_source(self, context, cell, facts: CellFacts, source: CallSite) -> Finding:
+        default_batch, _ = K.BATCHED_SOURCE_DEFAULTS[source.method]
+        size = source.keyword("batch_size")
+        global_batch = facts.segment(size.value) if size is not None else str(default_batch)
+        per_rank = global_batch if size is None or _is_simple(size.value) else f"({global_batch})"
+        call = with_shared_seed(facts, source) if needs_shared_seed(source) else facts.segment(source.node)
+        code = (f"{call}.unbatch().shard({K.RANK_SIZE_EXPR}, {K.RANK_ID_EXPR})"
+                f".batch({per_rank} // {K.RANK_SIZE_EXPR})")
+        context.shard_fix_splits_batch = True
+        return self.finding(
+            cell, facts, source.node,
+            f"every rank reads the same data: {source.method} returns whole batches, so unbatch, take this "
+            "rank's shard and batch its part of the global batch"
+            + (f"; its shuffle gets seed={K.SHARED_SEED}, the same on every rank (a different shuffle per rank "
+               "before the shard gives ranks overlapping samples)" if needs_shared_seed(source) else ""),
+            [replace(cell, facts, source.node, code, [NEEDS_OS])],
+        )
+
     # -- numpy arrays given to fit
     def _shard_arrays(self, context) -> Iterator[Finding]:
         scopes_with_rank_line = set()
@@ -174,6 +222,28 @@ class MissingShard(Rule):
             edits = _array_edits(cell, facts, site, arrays, define_rank=scope not in scopes_with_rank_line)
             scopes_with_rank_line.add(scope)
             yield self.finding(cell, facts, x, message, edits)
+
+
+def is_validation_subset(site: CallSite) -> bool:
+    subset = site.keyword("subset")
+    return subset is not None and isinstance(subset.value, ast.Constant) and subset.value.value == "validation"
+
+
+def needs_shared_seed(source: CallSite) -> bool:
+    """A batched Keras source that shuffles (by default or as asked) with a seed of its own per rank."""
+    _, shuffles = K.BATCHED_SOURCE_DEFAULTS.get(source.method, (None, False))
+    shuffle = source.keyword("shuffle")
+    if shuffle is not None:
+        shuffles = not (isinstance(shuffle.value, ast.Constant) and shuffle.value.value is False)
+    return shuffles and source.keyword("seed") is None
+
+
+def with_shared_seed(facts: CellFacts, call: CallSite) -> str:
+    """The call's text with ``seed=<shared seed>`` as its last argument."""
+    text = facts.segment(call.node)
+    inside = text[:-1].rstrip()
+    separator = "" if inside.endswith(("(", ",")) else ", "
+    return f"{inside}{separator}seed={K.SHARED_SEED})"
 
 
 def _for_evaluation(facts: CellFacts, site: CallSite) -> bool:

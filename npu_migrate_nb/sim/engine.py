@@ -65,6 +65,7 @@ def reseed_rank(base_seed: int) -> int:
     _seed_numpy(seed)
     tf = sys.modules.get("tensorflow")
     if tf is not None:
+        _RANK_SEEDS.add(seed)
         try:
             tf.random.set_seed(seed)
         except AttributeError:  # TF1 mode: tensorflow is tf.compat.v1
@@ -93,9 +94,11 @@ def _import_tensorflow(seed: int, tf1: bool) -> None:
         import tensorflow as tf
     except ImportError:
         return
+    _RANK_SEEDS.add(seed)
     tf.random.set_seed(seed)
     _share_cores(tf, int(os.environ.get("RANK_SIZE", "1")))
     leave_data_autotuning_off_by_default()
+    seed_data_ops_as_on_a_card()
     if tf1:
         enter_tf1_mode()
     from . import probes
@@ -114,6 +117,42 @@ def _share_cores(tf, ranks: int) -> None:
         tf.config.threading.set_inter_op_parallelism_threads(share)
     except RuntimeError:  # TensorFlow's runtime already started (a user's sitecustomize?): leave it
         pass
+
+
+_RANK_SEEDS: set = set()  # the global seeds this module gave TensorFlow (not the user's)
+
+
+def seed_data_ops_as_on_a_card() -> None:
+    """A tf.data op given a seed of its own (``shuffle(n, seed=7)``, ``image_dataset_from_directory(
+    seed=7)``) draws the same sequence on every rank, as on real cards.
+
+    A real rank never sets a global seed, so TensorFlow pairs the op's seed with its default global
+    seed: the same everywhere. Here each rank has a global seed of its own (so that a notebook that
+    forgets the broadcast really starts from different weights), which would make those ops differ
+    across ranks and make a correct shuffle-before-shard fail the shard check. So while the global
+    seed is the one this module set, a data op with a seed of its own gets the default global seed.
+    Ops without a seed still differ per rank, as on real cards; a global seed the user sets is kept.
+    """
+    from tensorflow.python.data.util import random_seed as data_seed
+    from tensorflow.python.eager import context
+    from tensorflow.python.framework import dtypes, ops
+    from tensorflow.python.framework import random_seed as framework_seed
+
+    original = data_seed.get_seed
+    if getattr(original, "_npu_as_on_a_card", False):
+        return
+
+    def get_seed(seed):
+        if seed is None:
+            return original(seed)
+        global_seed = context.global_seed() if context.executing_eagerly() else ops.get_default_graph().seed
+        if global_seed not in _RANK_SEEDS:
+            return original(seed)
+        return (ops.convert_to_tensor(framework_seed.DEFAULT_GRAPH_SEED, dtype=dtypes.int64, name="seed"),
+                ops.convert_to_tensor(seed, dtype=dtypes.int64, name="seed2"))
+
+    get_seed._npu_as_on_a_card = True
+    data_seed.get_seed = get_seed
 
 
 def leave_data_autotuning_off_by_default() -> None:

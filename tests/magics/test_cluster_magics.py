@@ -144,6 +144,7 @@ def test_start_replay_moves_the_cells_run_so_far_to_new_ranks_and_autorun_sends_
     run(kernel, "%load_ext npu_migrate_nb")
     run(kernel, "import os\nanswer = 41")
     run(kernel, "answer += 1")
+    run(kernel, "%%npu_distribute --check\nanswer += 100")  # never ran: not replayed
     replayed = run(kernel, "%npu_cluster start -n 2 --replay")
     assert "replaying 2 cell(s) on the ranks" in replayed.text()
     shown = run(kernel, "%%npu_distribute --run\nprint('rank', os.environ['RANK_ID'], answer)")

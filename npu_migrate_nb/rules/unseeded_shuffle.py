@@ -1,0 +1,109 @@
+"""A shuffle without a shared seed before the shard: each rank shuffles differently, then takes its
+shard of ITS permutation, so ranks read overlapping samples and miss others.
+
+The same for the Keras utilities that shuffle by themselves (``image_dataset_from_directory`` & co.):
+each rank draws its own seed unless one is given. The fix gives the shuffle one seed, the same on every
+rank (a shuffle after the shard needs none).
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Iterable, Iterator, Optional, Tuple
+
+from .. import knowledge as K
+from ..facts import CellFacts, dotted_name
+from ..findings import Finding
+from .base import Example, Rule, add_argument
+from .shard import needs_shared_seed
+
+MAX_HOPS = 3  # variables followed back from the shard to the shuffle
+
+
+class UnseededShuffle(Rule):
+    code = "unseeded-shuffle"
+    step = "shard"
+    severity = "error"
+
+    VALID = [
+        "import os\nds = ds.shuffle(64, seed=7).shard(int(os.getenv('RANK_SIZE', '1')), int(os.getenv('RANK_ID', '0')))\n",
+        # Shuffled after the shard: each rank shuffles its own samples, no seed needed.
+        "import os\nds = ds.shard(int(os.getenv('RANK_SIZE', '1')), int(os.getenv('RANK_ID', '0'))).shuffle(64)\n",
+        "import tensorflow as tf\nimport npu_device as npu\n"
+        "ds = tf.data.Dataset.from_tensor_slices(x)\n"
+        "ds, bs = npu.distribute.shard_and_rebatch_dataset(ds, 64)\n"
+        "ds = ds.shuffle(1000).batch(bs)\n",
+    ]
+    INVALID = [
+        Example(
+            "import os\nds = ds.shuffle(64).shard(int(os.getenv('RANK_SIZE', '1')), int(os.getenv('RANK_ID', '0')))\n",
+            "import os\nds = ds.shuffle(64, seed=1234).shard(int(os.getenv('RANK_SIZE', '1')), int(os.getenv('RANK_ID', '0')))\n",
+        ),
+        # Shuffled in one statement, sharded and rebatched in the next.
+        Example(
+            "import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\n"
+            "ds = tf.data.Dataset.from_tensor_slices(x).shuffle(1000)\n"
+            "ds, bs = npu.distribute.shard_and_rebatch_dataset(ds, 64)\n",
+            "import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\n"
+            "ds = tf.data.Dataset.from_tensor_slices(x).shuffle(1000, seed=1234)\n"
+            "ds, bs = npu.distribute.shard_and_rebatch_dataset(ds, 64)\n",
+        ),
+        # A Keras utility shuffles by itself, with a seed of its own on each rank.
+        Example(
+            "import os\nimport tensorflow as tf\n"
+            "ds = tf.keras.utils.image_dataset_from_directory('photos', batch_size=64)\n"
+            "ds = ds.unbatch().shard(int(os.getenv('RANK_SIZE', '1')), int(os.getenv('RANK_ID', '0'))).batch(32)\n",
+            "import os\nimport tensorflow as tf\n"
+            "ds = tf.keras.utils.image_dataset_from_directory('photos', batch_size=64, seed=1234)\n"
+            "ds = ds.unbatch().shard(int(os.getenv('RANK_SIZE', '1')), int(os.getenv('RANK_ID', '0'))).batch(32)\n",
+        ),
+    ]
+
+    def check(self, context) -> Iterable[Finding]:
+        found = {}
+        for cell, facts, pipeline, function, line in _sharded_pipelines(context):
+            shuffle = _unseeded_shuffle_in(context, facts, pipeline, function, line, MAX_HOPS)
+            if shuffle is not None and id(shuffle) not in found:
+                found[id(shuffle)] = self.finding(
+                    cell, facts, shuffle,
+                    "this shuffle comes before the shard with a seed of its own on each rank, so each rank takes "
+                    "its shard of a different permutation: ranks read overlapping samples and miss others; give "
+                    f"it seed={K.SHARED_SEED}, the same on every rank (or shuffle after the shard)",
+                    [add_argument(cell, facts, shuffle, f"seed={K.SHARED_SEED}")],
+                )
+        return list(found.values())
+
+
+def _sharded_pipelines(context) -> Iterator[Tuple[int, CellFacts, ast.expr, Optional[str], int]]:
+    """(cell, facts, the dataset expression that gets sharded, its function, its line)."""
+    for cell, facts, site in context.facts.calls("shard"):
+        if site.receiver is not None:
+            yield cell, facts, site.receiver, site.function, site.node.lineno
+    for cell, facts, site in context.facts.calls_to(K.SHARD_AND_REBATCH):
+        dataset = site.argument(0, "dataset")
+        if dataset is not None:
+            yield cell, facts, dataset, site.function, site.node.lineno
+
+
+def _unseeded_shuffle_in(context, facts: CellFacts, node: ast.expr, function, line: int, hops: int) -> Optional[ast.Call]:
+    """The first shuffle without a seed in the method chain ``node`` (following its root variable back)."""
+    while isinstance(node, ast.Call):
+        method = node.func.attr if isinstance(node.func, ast.Attribute) else dotted_name(node.func)
+        if method == "shuffle" and _no_seed(node):
+            return node
+        if context.facts.resolve(dotted_name(node.func)) in K.BATCHED_SOURCES:
+            site = next((s for s in facts.calls if s.node is node), None)
+            return node if site is not None and needs_shared_seed(site) else None
+        node = node.func.value if isinstance(node.func, ast.Attribute) else None
+    if isinstance(node, ast.Name) and hops > 0:
+        for assignment in reversed(facts.assignments.get(node.id, [])):
+            if assignment.function == function and assignment.stmt.lineno < line:
+                return _unseeded_shuffle_in(context, facts, assignment.value, function, assignment.stmt.lineno, hops - 1)
+    return None
+
+
+def _no_seed(call: ast.Call) -> bool:
+    """``shuffle(buffer_size, seed=None, reshuffle_each_iteration=None)`` with no seed given."""
+    if any(keyword.arg == "seed" for keyword in call.keywords):
+        return False
+    return len(call.args) < 2
