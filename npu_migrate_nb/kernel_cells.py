@@ -101,6 +101,16 @@ class ExecutedCells:
         return list(enumerate(self.cells))
 
 
+_NOT_RUN_OPTIONS = frozenset({"--check", "--diff", "-h", "--help"})
+
+
+def ran_in_kernel(source: str) -> bool:
+    """False for a ``%%npu_distribute --check``/``--diff`` cell: its code was analyzed, never run (it
+    stays part of the analysis context, as what the user is writing, but is not replayed on ranks)."""
+    first = source.lstrip().split("\n", 1)[0]
+    return not (first.startswith("%%npu_distribute") and _NOT_RUN_OPTIONS & set(first.split()[1:]))
+
+
 def _same_text(recorded: str, rebuilt: str) -> bool:
     """IPython hands a cell magic its body with a newline added: compare without trailing ones."""
     return recorded.rstrip("\n") == rebuilt.rstrip("\n")

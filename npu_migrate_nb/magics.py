@@ -15,7 +15,7 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from .analysis import Analysis, Options, analyze
-from .kernel_cells import ExecutedCells
+from .kernel_cells import ExecutedCells, ran_in_kernel
 from .report import cell_diffs, cell_report_html, cell_report_text
 
 MAGIC_LINE = "%%npu_distribute"
@@ -219,6 +219,7 @@ class NpuMagics(Magics):
     @argument("--replay", action="store_true", help="start: first run the cells already run in this kernel")
     @argument("--tf1", action="store_true", help="TensorFlow 1 compatibility mode (found from the cells otherwise)")
     @argument("--timeout", type=float, default=None, metavar="S", help="seconds before a cell on the ranks is stopped")
+    @argument("--reset", action="store_true", help="checks: forget what was observed so far (the ranks keep their state)")
     @line_magic
     def npu_cluster(self, line: str):
         """The simulated cluster's life cycle: start [-n N] [--replay] | stop | status | restart |
@@ -239,6 +240,15 @@ class NpuMagics(Magics):
             return None
         if args.action == "status":
             print(self.session.status_text())
+            return None
+        if args.reset:
+            from .sim.session import SessionError
+
+            try:
+                self.session.reset_checks()
+            except SessionError as error:
+                raise UsageError(f"npu_cluster: {error}") from None
+            print("checks reset: the next training on the ranks is judged afresh")
             return None
         self._print_checks()
         return None
@@ -349,8 +359,7 @@ def _parse(magic, line: str):
 def replayable(source: str) -> str:
     """A cell as the ranks should run it again: our own magics' lines left out, and nothing of a
     ``%%npu_distribute --check``/``--diff`` cell (its code never ran)."""
-    first = source.lstrip().split("\n", 1)[0]
-    if first.startswith(MAGIC_LINE) and {"--check", "--diff", "-h", "--help"} & set(first.split()[1:]):
+    if not ran_in_kernel(source):
         return ""
     lines = source.splitlines(keepends=True)
     kept = [line for line in lines if not line.lstrip().startswith(_OWN_LINE_MAGICS)]

@@ -143,6 +143,16 @@ class ClusterSession:
             raise SessionError("no simulated cluster is running: %npu_cluster start [-n N]")
         return self.cluster.view.apply_sync(_evaluate_in_rank, expression)
 
+    def reset_checks(self) -> None:
+        """Forget the observations so far (the checks judge the first training they see); the ranks
+        keep their variables and state."""
+        from . import probes
+
+        if self.runner is None or not self.running:
+            raise SessionError("no simulated cluster is running: %npu_cluster start [-n N]")
+        self.runner.records = {rank: [] for rank in self.cluster.ranks}
+        self.cluster.view.apply_sync(probes.reset)
+
     def checks(self) -> Dict[str, checks_module.Check]:
         if self.runner is None:
             return {}

@@ -77,6 +77,10 @@ def test_cells_share_state_on_the_ranks_and_a_fixed_keras_notebook_passes_the_ch
     status = run(kernel, "%npu_cluster status").text()
     assert "cells run on the ranks: 3 ok, 4 ok, 5 ok" in status  # pull runs no cell
     assert checks_of(run(kernel, "%npu_cluster checks").text())["shard"] == "pass"
+    assert "checks reset" in run(kernel, "%npu_cluster checks --reset").text()
+    assert set(checks_of(run(kernel, "%npu_cluster checks").text()).values()) == {"not-observed"}
+    again = run(kernel, "%%npu_distribute --run\nhistory = model.fit(dataset, epochs=1, verbose=0)").text()
+    assert checks_of(again)["allreduce"] == "pass", again  # judged afresh, on the ranks' state as it was
     rank_pids = [p.pid for p in _descendants(kernel.pid)]
     assert len(rank_pids) >= 4  # controller, mpiexec, two ranks (and hydra)
     assert "stopped the simulated cluster (2 ranks)" in run(kernel, "%npu_cluster stop").text()
