@@ -132,8 +132,18 @@ def test_fix_keeps_lines_and_magics_and_parses(notebook):
             assert original.rstrip("\r\n") in new_lines
 
 
+# Two cells of the same text share their parsed facts: each still gets its own fixes (found by hypothesis).
+_SHUFFLED_THEN_SHARDED = (
+    "%%time\nimport tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\n"
+    "ds = tf.data.Dataset.from_tensor_slices(x).shuffle(1000)\nds, bs = npu.distribute.shard_and_rebatch_dataset(ds, 64)\n"
+)
+TWO_CELLS_OF_THE_SAME_TEXT = Notebook("<example>", [Cell(0, "code", _SHUFFLED_THEN_SHARDED),
+                                                    Cell(1, "code", _SHUFFLED_THEN_SHARDED)])
+
+
 @SETTINGS
 @given(notebooks())
+@example(TWO_CELLS_OF_THE_SAME_TEXT)
 def test_fix_is_idempotent(notebook):
     first = fix_notebook(notebook, analyze(notebook))
     fixed = Notebook(notebook.path, [Cell(c.index, c.cell_type, first.sources.get(c.index, c.source)) for c in notebook.cells])

@@ -63,8 +63,9 @@ class UnseededShuffle(Rule):
         found = {}
         for cell, facts, pipeline, function, line in _sharded_pipelines(context):
             shuffle = _unseeded_shuffle_in(context, facts, pipeline, function, line, MAX_HOPS)
-            if shuffle is not None and id(shuffle) not in found:
-                found[id(shuffle)] = self.finding(
+            # Cells of the same text share their facts (and so their nodes): a shuffle is known by its cell too.
+            if shuffle is not None and (cell, id(shuffle)) not in found:
+                found[(cell, id(shuffle))] = self.finding(
                     cell, facts, shuffle,
                     "this shuffle comes before the shard with a seed of its own on each rank, so each rank takes "
                     "its shard of a different permutation: ranks read overlapping samples and miss others; give "
