@@ -16,6 +16,10 @@ from .findings import STEPS, CellError, Finding, sort_key, unique
 from .notebook import Notebook
 
 
+BROADCAST_STYLES = ("hooks-append", "hook")
+REDUCTIONS = ("sum", "mean")
+
+
 @dataclass
 class Options:
     ranks: int = 8  # rank count literal batch sizes are checked against

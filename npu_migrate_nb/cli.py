@@ -63,6 +63,8 @@ def positive_int(text: str) -> int:
 
 
 def _add_analysis_options(parser: argparse.ArgumentParser) -> None:
+    from .analysis import BROADCAST_STYLES, REDUCTIONS
+
     parser.add_argument(
         "--ranks",
         type=positive_int,
@@ -72,14 +74,14 @@ def _add_analysis_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--broadcast-style",
-        choices=("hooks-append", "hook"),
+        choices=BROADCAST_STYLES,
         default="hooks-append",
         help="Estimator broadcast: hooks=npu_hooks_append(...) (default) or an explicit "
         "NPUBroadcastGlobalVariablesHook appended to the hook list",
     )
     parser.add_argument(
         "--reduction",
-        choices=("sum", "mean"),
+        choices=REDUCTIONS,
         help="the all-reduce custom loops need (default: from the loss: sum when it is already divided "
         "by the global batch size, mean otherwise)",
     )

@@ -14,7 +14,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from .analysis import Analysis, Options, analyze
+from .analysis import BROADCAST_STYLES, REDUCTIONS, Analysis, Options, analyze
 from .kernel_cells import ExecutedCells, ran_in_kernel
 from .report import cell_diffs, cell_report_html, cell_report_text
 
@@ -54,9 +54,9 @@ class NpuMagics(Magics):
     @argument("-n", "--np", dest="np", type=int, default=None, metavar="N",
               help="ranks of the simulated cluster started by --run (default 2)")
     @argument("--timeout", type=float, default=None, metavar="S", help="--run: seconds before the cell is stopped")
-    @argument("--reduction", choices=("sum", "mean"), default=None,
+    @argument("--reduction", choices=REDUCTIONS, default=None,
               help="the all-reduce custom loops need (default: from the loss)")
-    @argument("--broadcast-style", choices=("hooks-append", "hook"), default="hooks-append",
+    @argument("--broadcast-style", choices=BROADCAST_STYLES, default="hooks-append",
               help="Estimator broadcast: hooks=npu_hooks_append(...) or an explicit NPUBroadcastGlobalVariablesHook")
     @argument("--ranks", type=int, default=8, metavar="N",
               help="rank count literal batch sizes are checked against (default 8)")

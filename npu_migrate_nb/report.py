@@ -56,17 +56,17 @@ def json_report(analyses: Sequence[Analysis]) -> str:
 
 def cell_diffs(notebook: Notebook, new_sources: Mapping[int, str]) -> str:
     """A unified diff per changed cell, named ``PATH:cell N``."""
+    by_index: Dict[int, str] = {cell.index: cell.source for cell in notebook.cells}
+    return "".join(
+        unified_diff(by_index[index], new_sources[index], f"{notebook.path}:cell {index}") for index in sorted(new_sources)
+    )
+
+
+def unified_diff(old: str, new: str, name: str) -> str:
+    """``old`` against ``new`` as a unified diff of ``a/NAME`` and ``b/NAME``."""
     import difflib
 
-    by_index: Dict[int, str] = {cell.index: cell.source for cell in notebook.cells}
-    parts = []
-    for index in sorted(new_sources):
-        name = f"{notebook.path}:cell {index}"
-        diff = difflib.unified_diff(
-            _lines(by_index[index]), _lines(new_sources[index]), fromfile=f"a/{name}", tofile=f"b/{name}"
-        )
-        parts.append("".join(diff))
-    return "".join(parts)
+    return "".join(difflib.unified_diff(_lines(old), _lines(new), fromfile=f"a/{name}", tofile=f"b/{name}"))
 
 
 def _lines(text: str) -> List[str]:
@@ -120,7 +120,7 @@ def elsewhere_lines(analysis: Analysis, cell: int, labels: Mapping[int, str]) ->
 def notebook_report_text(analysis: Analysis, labels: Mapping[int, str]) -> str:
     """Every cell with findings (``labels``: cell index -> its name), then the checklist."""
     lines: List[str] = []
-    for cell in _cells_with_findings(analysis):
+    for cell in cells_with_findings(analysis):
         lines += cell_section_text(analysis, cell, labels.get(cell, f"cell {cell}"))
     return "\n".join(lines + checklist_text(analysis)) + "\n"
 
@@ -144,7 +144,7 @@ def checklist_text(analysis: Analysis) -> List[str]:
     return lines
 
 
-def _cells_with_findings(analysis: Analysis) -> List[int]:
+def cells_with_findings(analysis: Analysis) -> List[int]:
     return sorted({f.cell for f in analysis.findings} | {e.cell for e in analysis.errors})
 
 
@@ -197,7 +197,7 @@ def elsewhere_html(analysis: Analysis, cell: int, labels: Mapping[int, str]) -> 
 def notebook_report_html(analysis: Analysis, sources: Mapping[int, str], labels: Mapping[int, str]) -> str:
     sections = "".join(
         cell_section_html(analysis, cell, sources.get(cell, ""), labels.get(cell, f"cell {cell}"))
-        for cell in _cells_with_findings(analysis)
+        for cell in cells_with_findings(analysis)
     )
     return _CSS + '<div class="npu-report">' + sections + checklist_html(analysis) + "</div>"
 

@@ -22,8 +22,8 @@ import ipywidgets as W
 from .analysis import Analysis
 from .kernel_cells import ExecutedCells
 from .notebook import Notebook
-from .report import (_CSS, cell_findings, cell_report_html, cell_report_text, cell_section_html, checklist_html,
-                     elsewhere_html, notebook_report_html, notebook_report_text)
+from .report import (_CSS, cell_findings, cells_with_findings, cell_report_html, cell_report_text, cell_section_html, checklist_html,
+                     elsewhere_html, notebook_report_html, notebook_report_text, unified_diff)
 
 NO_FRONTEND = ("This frontend has no npu-migrate-nb extension that can edit the cell, so paste the "
                "adapted cell below in place of the old one (or run it with %%npu_distribute --apply).")
@@ -62,7 +62,7 @@ class FindingFix(W.VBox):
             note = f"not fixed automatically: {failed}" if failed else "no automatic fix: see the message"
             children.append(W.HTML(f"<i>{html.escape(note)}</i>"))
         else:
-            self.action = W.HBox([self.button, _folded("diff", W.HTML(f"<pre>{html.escape(_diff(old, new, label))}</pre>")),
+            self.action = W.HBox([self.button, _folded("diff", W.HTML(f"<pre>{html.escape(unified_diff(old, new, label))}</pre>")),
                                   self.status])
             children.append(self.action)
         super().__init__(children)
@@ -104,13 +104,6 @@ def _folded(title: str, content: W.Widget) -> W.Accordion:
     accordion = W.Accordion(children=[content], selected_index=None, layout=W.Layout(width="auto", min_width="40%"))
     accordion.set_title(0, title)
     return accordion
-
-
-def _diff(old: str, new: str, label: str) -> str:
-    import difflib
-
-    return "".join(difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
-                                        fromfile=f"a/{label}", tofile=f"b/{label}"))
 
 
 def finding_fixes(notebook: Notebook, analysis: Analysis, index: int, label: str, cell_id: Optional[str],
@@ -160,7 +153,7 @@ class PanelView(_WithFallback, W.VBox):
         notebook, _, _ = cells.notebook()
         labelled = dict(cells.labelled())
         children: List[W.Widget] = []
-        for index in sorted({f.cell for f in analysis.findings} | {e.cell for e in analysis.errors}):
+        for index in cells_with_findings(analysis):
             cell = labelled[index]
             children.append(W.HTML(_CSS + '<div class="npu-report">'
                                    + _code_section(analysis, index, cell.source, cell.label) + "</div>"))

@@ -136,8 +136,7 @@ def broadcast_instead_of_callback(context, cell, facts, site):
         removal = remove_statement(cell, facts, site.stmt)
     else:
         return []
-    code = f"{context.npu}.distribute.broadcast({model}.trainable_variables)"
-    return [removal, insert_before(cell, facts, fit.stmt, code, [NEEDS_NPU_DEVICE])]
+    return [removal, _broadcast_before(context, cell, facts, fit, model)]
 
 
 def tf2_callbacks_appends(context):
@@ -160,8 +159,12 @@ def broadcast_instead_of_append(context, cell, facts, site):
         callback = first_batch_broadcast(context, model)
         code = f"[*{kept}, {callback}]" if kept else f"[{callback}]"
         return [replace(cell, facts, site.node, code, [NEEDS_NPU_DEVICE])]
+    return [replace(cell, facts, site.node, kept or "[]"), _broadcast_before(context, cell, facts, fit, model)]
+
+
+def _broadcast_before(context, cell, facts, fit, model: str):
     code = f"{context.npu}.distribute.broadcast({model}.trainable_variables)"
-    return [replace(cell, facts, site.node, kept or "[]"), insert_before(cell, facts, fit.stmt, code, [NEEDS_NPU_DEVICE])]
+    return insert_before(cell, facts, fit.stmt, code, [NEEDS_NPU_DEVICE])
 
 
 def _fit_using(facts, site) -> Optional[object]:

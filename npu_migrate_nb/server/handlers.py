@@ -21,7 +21,7 @@ from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
 from tornado import web
 
-from ..analysis import Options, analyze
+from ..analysis import BROADCAST_STYLES, REDUCTIONS, Options, analyze
 from ..notebook import InputError, Notebook, loads_notebook
 from .jobs import JobConflict, JobManager
 
@@ -31,8 +31,6 @@ DEFAULT_RANKS = 2
 DEFAULT_TIMEOUT = 300.0
 MAX_TIMEOUT = 24 * 3600.0
 DEFAULT_PATH = "<notebook>"
-BROADCAST_STYLES = ("hooks-append", "hook")
-REDUCTIONS = (None, "sum", "mean")
 JOBS_SETTING = "npu_migrate_jobs"
 EXECUTOR_SETTING = "npu_migrate_executor"
 AUTH_RESOURCE = "npu-migrate"
@@ -109,7 +107,7 @@ class _Base(APIHandler):
                 raise _bad_request(f"options.broadcast_style must be one of {', '.join(BROADCAST_STYLES)}")
             options.broadcast_style = given["broadcast_style"]
         if "reduction" in given:
-            if given["reduction"] not in REDUCTIONS:
+            if given["reduction"] is not None and given["reduction"] not in REDUCTIONS:
                 raise _bad_request("options.reduction must be null, \"sum\" or \"mean\"")
             options.reduction = given["reduction"]
         return options
