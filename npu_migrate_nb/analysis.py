@@ -14,10 +14,15 @@ from . import knowledge as K
 from .facts import CallSite, NotebookFacts, mentions, receiver_name
 from .findings import STEPS, CellError, Finding, sort_key, unique
 from .notebook import Notebook
+from .ranks import has_rank_shard
 
 
 BROADCAST_STYLES = ("hooks-append", "hook")
 REDUCTIONS = ("sum", "mean")
+# A step's status. ``not-applicable`` and ``unknown`` always come with a reason (``Analysis.reasons``):
+# ``unknown`` when what would do the step comes from code that cannot be seen (an installed package, a
+# missing file), so that the analyzer neither claims the step nor reports it missing.
+STATUSES = ("present", "missing", "not-applicable", "unknown")
 
 
 @dataclass
@@ -36,10 +41,11 @@ class Analysis:
     language: str
     framework: str  # "estimator" | "keras" | "custom-loop" | "mixed" | "none"
     adapter: Optional[str]  # "npu_bridge" | "npu_device" | None
-    steps: Dict[str, str]  # step -> "missing" | "present" | "not-applicable"
+    steps: Dict[str, str]  # step -> one of STATUSES
     findings: List[Finding] = field(default_factory=list)
     errors: List[CellError] = field(default_factory=list)
     python: bool = True
+    reasons: Dict[str, str] = field(default_factory=dict)  # step -> why it is not-applicable or unknown
     context: Optional["Context"] = field(default=None, repr=False, compare=False)
 
     @property
@@ -54,6 +60,7 @@ class Analysis:
             "framework": self.framework,
             "adapter": self.adapter,
             "steps": dict(self.steps),
+            "reasons": dict(self.reasons),
             "findings": [finding.to_json() for finding in self.findings],
             "errors": [error.to_json() for error in self.errors],
         }
@@ -70,6 +77,9 @@ class Context:
         self.adapter = _adapter(facts, self.frameworks)
         self.tf1 = self.adapter == "npu_bridge"
         self.steps = _steps(facts, self)
+        self.reasons: Dict[str, str] = {}
+        if self.framework == "none":
+            self.reasons = {step: "no training in this notebook" for step in STEPS}
         self.npu = facts.alias_for("npu_device") or "npu"
         self.tf = facts.alias_for("tensorflow") or facts.alias_for("tensorflow.compat.v1") or "tf"
         self.findings: List[Finding] = []  # filled rule by rule; later rules may read earlier ones
@@ -78,25 +88,40 @@ class Context:
     def uses(self, *qualified: str) -> bool:
         return next(self.facts.calls_to(*qualified), None) is not None
 
+    def mark(self, step: str, status: str, reason: str) -> None:
+        """Say that ``step`` is ``not-applicable`` or ``unknown``, and why (a rule's ``prepare``
+        does this before any rule checks, so the missing-step rules stay quiet)."""
+        assert status in ("not-applicable", "unknown"), status
+        if self.steps.get(step) == "missing":
+            self.steps[step] = status
+            self.reasons[step] = reason
+
 
 def analyze(notebook: Notebook, options: Optional[Options] = None) -> Analysis:
     from .rules import ALL_RULES
 
     options = options or Options()
     if not notebook.is_python:
-        return Analysis(notebook.path, notebook.language, "none", None, _not_applicable(), python=False)
+        reason = f"not a Python notebook ({notebook.language})"
+        return Analysis(
+            notebook.path, notebook.language, "none", None, _not_applicable(), python=False,
+            reasons={step: reason for step in STEPS},
+        )
     facts = NotebookFacts(notebook)
     context = Context(facts, options)
+    for rule in ALL_RULES:
+        rule.prepare(context)
     for rule in ALL_RULES:
         context.findings.extend(rule.check(context))
     for finding in context.findings:
         if finding.code == f"missing-{finding.step}":
             context.steps[finding.step] = "missing"  # e.g. one of two training calls does not broadcast
+            context.reasons.pop(finding.step, None)
     findings = sorted(unique(context.findings), key=sort_key)
     errors = [CellError(index, *cell.error) for index, cell in facts.unreadable]
     return Analysis(
         notebook.path, notebook.language, context.framework, context.adapter, context.steps, findings, errors,
-        context=context,
+        reasons=context.reasons, context=context,
     )
 
 
@@ -185,19 +210,3 @@ def sets_is_distributed(facts: NotebookFacts, site: CallSite) -> bool:
     if value is None:
         return False
     return not (isinstance(value, ast.Constant) and not value.value)
-
-
-def has_rank_shard(facts: NotebookFacts) -> bool:
-    if any(facts.calls_to(K.SHARD_AND_REBATCH)):
-        return True
-    for _, cell, site in facts.calls("shard"):
-        if site.receiver is not None and not mentions(site.node, ("input_context", "input_pipeline")):
-            return True
-    return any(_has_rank_slice(cell) for _, cell in facts.cells)
-
-
-def _has_rank_slice(cell) -> bool:
-    return ("rank_id" in cell.names or "RANK_ID" in cell.names or "getenv" in cell.names) and any(
-        isinstance(node, ast.Subscript) and mentions(node.slice, ("rank", "RANK_ID"))
-        for node in ast.walk(cell.tree)
-    )

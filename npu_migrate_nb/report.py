@@ -14,7 +14,7 @@ _STEP_TITLES = {
     "allreduce": "gradient aggregation (梯度聚合)",
     "shard": "dataset sharding (数据集分片)",
 }
-_STATUS_MARKS = {"present": "ok", "missing": "MISSING", "not-applicable": "n/a"}
+_STATUS_MARKS = {"present": "ok", "missing": "MISSING", "not-applicable": "n/a", "unknown": "?"}
 
 
 def finding_lines(analysis: Analysis) -> List[str]:
@@ -38,7 +38,9 @@ def summary_lines(analysis: Analysis) -> List[str]:
     lines = [f"{analysis.path}: framework {analysis.framework}, adapter {adapter}"]
     for step in STEPS:
         status = analysis.steps[step]
-        lines.append(f"  {_STATUS_MARKS[status]:>7}  {_STEP_TITLES[step]}: {status}")
+        reason = analysis.reasons.get(step)
+        because = f" ({reason})" if reason and analysis.framework != "none" else ""
+        lines.append(f"  {_STATUS_MARKS[status]:>7}  {_STEP_TITLES[step]}: {status}{because}")
     return lines
 
 
@@ -78,7 +80,7 @@ def _lines(text: str) -> List[str]:
 
 # --------------------------------------------------------------------------- one cell, in a notebook
 
-STATUS_WORDS = {"present": "present", "missing": "missing", "not-applicable": "not applicable"}
+STATUS_WORDS = {"present": "present", "missing": "missing", "not-applicable": "not applicable", "unknown": "unknown"}
 _STEP_NAMES = {"broadcast": "variable broadcast", "allreduce": "gradient aggregation", "shard": "dataset sharding"}
 _STEP_HANZI = {"broadcast": "变量广播", "allreduce": "梯度聚合", "shard": "数据集分片"}
 
@@ -87,7 +89,7 @@ def checklist(analysis: Analysis) -> List[Dict[str, str]]:
     """The three steps in the words users know: name, 变量广播..., and missing / present / not applicable."""
     return [
         {"step": step, "name": _STEP_NAMES[step], "hanzi": _STEP_HANZI[step],
-         "status": STATUS_WORDS[analysis.steps[step]]}
+         "status": STATUS_WORDS[analysis.steps[step]], "reason": analysis.reasons.get(step, "")}
         for step in STEPS
     ]
 
@@ -140,7 +142,8 @@ def cell_section_text(analysis: Analysis, cell: int, label: str) -> List[str]:
 def checklist_text(analysis: Analysis) -> List[str]:
     lines = [_checklist_heading(analysis)]
     for item in checklist(analysis):
-        lines.append(f"  {item['status']:>14}  {item['name']} ({item['hanzi']})")
+        because = f": {item['reason']}" if item["reason"] else ""
+        lines.append(f"  {item['status']:>14}  {item['name']} ({item['hanzi']}){because}")
     return lines
 
 
@@ -174,7 +177,8 @@ _CSS = """<style>
 .npu-steps td{padding:1px 8px}
 .npu-status{font-weight:bold;border-radius:3px;padding:0 6px;color:#fff}
 .npu-status.missing{background:#d33}.npu-status.present{background:#2a8a2a}
-.npu-status.not-applicable{background:#888}
+.npu-status.not-applicable{background:#888}.npu-status.unknown{background:#b8860b}
+.npu-reason{font-size:0.9em;color:#666}
 </style>"""
 
 
@@ -239,10 +243,14 @@ def finding_html(finding) -> str:
 def checklist_html(analysis: Analysis) -> str:
     rows = "".join(
         f'<tr><td>{item["name"]} ({item["hanzi"]})</td><td><span class="npu-status {step_class}">'
-        f'{item["status"]}</span></td></tr>'
+        f'{item["status"]}</span>{_reason_html(item["reason"])}</td></tr>'
         for item, step_class in ((item, analysis.steps[item["step"]]) for item in checklist(analysis))
     )
     return f'<div>{_escape(_checklist_heading(analysis))}</div><table class="npu-steps">{rows}</table>'
+
+
+def _reason_html(reason: str) -> str:
+    return f' <span class="npu-reason">{_escape(reason)}</span>' if reason else ""
 
 
 def _escape(text: str) -> str:

@@ -37,7 +37,7 @@ def test_json_report_schema(capsys):
     code, out, _ = run(["check", path, "--format", "json"], capsys)
     report = json.loads(out)
     assert code == 1
-    assert set(report) == {"path", "language", "framework", "adapter", "steps", "findings", "errors"}
+    assert set(report) == {"path", "language", "framework", "adapter", "steps", "reasons", "findings", "errors"}
     assert report["framework"] == "custom-loop" and report["adapter"] == "npu_device"
     assert report["steps"] == {"broadcast": "missing", "allreduce": "missing", "shard": "missing"}
     for finding in report["findings"]:

@@ -3,7 +3,7 @@
  * how a comm request from the kernel is answered. Unit-tested with jest (logic.spec.ts).
  */
 
-export type StepStatus = 'missing' | 'present' | 'not-applicable';
+export type StepStatus = 'missing' | 'present' | 'not-applicable' | 'unknown';
 
 export interface IFinding {
   code: string;
@@ -16,6 +16,7 @@ export interface IFinding {
   end_column: number;
   message: string;
   fix: string | null;
+  path?: string | null; // set when the finding is in a module the notebook imports
 }
 
 export interface ICellError {
@@ -31,6 +32,7 @@ export interface IAnalysis {
   framework: string;
   adapter: string | null;
   steps: { [step: string]: StepStatus };
+  reasons?: { [step: string]: string }; // why a step is not applicable or unknown
   findings: IFinding[];
   errors: ICellError[];
 }
@@ -41,7 +43,7 @@ export const STEPS: Array<{ step: string; name: string; hanzi: string }> = [
   { step: 'shard', name: 'dataset sharding', hanzi: '数据集分片' }
 ];
 
-/** The words users know: missing, present, not applicable. */
+/** The words users know: missing, present, not applicable, unknown. */
 export function statusWords(status: StepStatus | undefined): string {
   return status === 'not-applicable' ? 'not applicable' : status ?? 'unknown';
 }

@@ -195,7 +195,12 @@ export class NpuPanel extends Widget {
           'tr',
           { 'data-step': step },
           element('td', {}, `${name} (${hanzi})`),
-          element('td', {}, element('span', { class: `npu-step npu-step-${status}` }, statusWords(status)))
+          element(
+            'td',
+            {},
+            element('span', { class: `npu-step npu-step-${status}` }, statusWords(status)),
+            ...(analysis.reasons?.[step] ? [element('div', { class: 'npu-step-reason' }, analysis.reasons[step])] : [])
+          )
         )
       );
     }

@@ -5,8 +5,10 @@ from .allreduce import MissingAllreduce
 from .batch_not_divisible import BatchNotDivisible
 from .broadcast import MissingBroadcast
 from .broadcast_before_build import BroadcastBeforeBuild
+from .device_id_shard import DeviceIdShard
 from .double_step_division import DoubleStepDivision
 from .hooks_tuple import HooksTuple
+from .not_data_parallel import NotDataParallel
 from .horovod_leftover import HorovodLeftover
 from .open_without_as_default import OpenWithoutAsDefault
 from .rank_from_hccl_too_early import RankFromHcclTooEarly
@@ -16,9 +18,12 @@ from .shard import MissingShard
 from .shard_after_batch import ShardAfterBatch
 from .shared_model_dir import SharedModelDir
 from .tf2_broadcast_callback import TF2BroadcastCallback
+from .tf_distribute import TfDistributeLeftover
 from .unseeded_shuffle import UnseededShuffle
 
 RULE_CLASSES = (
+    NotDataParallel,
+    TfDistributeLeftover,
     MissingBroadcast,
     MissingAllreduce,
     MissingShard,
@@ -26,6 +31,7 @@ RULE_CLASSES = (
     OpenWithoutAsDefault,
     ShardAfterBatch,
     UnseededShuffle,
+    DeviceIdShard,
     BatchNotDivisible,
     TF2BroadcastCallback,
     BroadcastBeforeBuild,

@@ -35,6 +35,10 @@ class Rule(abc.ABC):
     VALID: ClassVar[Sequence[str]] = ()
     INVALID: ClassVar[Sequence[Example]] = ()
 
+    def prepare(self, context: "Context") -> None:
+        """Before any rule checks: mark steps that do not apply here, or cannot be judged, with
+        ``context.mark(step, status, reason)``."""
+
     @abc.abstractmethod
     def check(self, context: "Context") -> Iterable[Finding]:
         """The findings of this rule in the notebook."""
