@@ -14,6 +14,7 @@ from . import knowledge as K
 from .facts import CallSite, NotebookFacts, mentions, receiver_name
 from .findings import STEPS, CellError, Finding, sort_key, unique
 from .notebook import Notebook
+from .modules import ModuleSource, ProjectModules, project_modules
 from .ranks import has_rank_shard
 
 
@@ -33,6 +34,10 @@ class Options:
     # In a kernel, the cell being run; the others have run already, so a fix that can go in this
     # cell or an earlier one goes in this one.
     current_cell: Optional[int] = None
+    # Where the notebook's own modules are looked up; None: the notebook's folder (or the working
+    # directory for a notebook without a file, as in a kernel).
+    base: Optional[str] = None
+    paths_from: Optional[str] = None  # module paths are shown relative to this (default: working directory)
 
 
 @dataclass
@@ -69,9 +74,11 @@ class Analysis:
 class Context:
     """What every rule needs to know about the notebook, computed once per analysis."""
 
-    def __init__(self, facts: NotebookFacts, options: Options):
+    def __init__(self, facts: NotebookFacts, options: Options, modules: Optional[ProjectModules] = None):
         self.facts = facts
         self.options = options
+        self.modules = modules or ProjectModules([], {})
+        self.module_at = self.modules.by_index()  # cell index -> the project module read as that cell
         self.frameworks = _frameworks(facts)
         self.framework = _framework_name(self.frameworks)
         self.adapter = _adapter(facts, self.frameworks)
@@ -107,8 +114,9 @@ def analyze(notebook: Notebook, options: Optional[Options] = None) -> Analysis:
             notebook.path, notebook.language, "none", None, _not_applicable(), python=False,
             reasons={step: reason for step in STEPS},
         )
-    facts = NotebookFacts(notebook)
-    context = Context(facts, options)
+    modules = project_modules(notebook, options.base, options.paths_from)
+    facts = NotebookFacts(notebook, [(module.index, module.source) for module in modules.found])
+    context = Context(facts, options, modules)
     for rule in ALL_RULES:
         rule.prepare(context)
     for rule in ALL_RULES:
@@ -117,6 +125,10 @@ def analyze(notebook: Notebook, options: Optional[Options] = None) -> Analysis:
         if finding.code == f"missing-{finding.step}":
             context.steps[finding.step] = "missing"  # e.g. one of two training calls does not broadcast
             context.reasons.pop(finding.step, None)
+    for finding in context.findings:
+        module = context.module_at.get(finding.cell)
+        if module is not None:
+            finding.path = module.path
     findings = sorted(unique(context.findings), key=sort_key)
     errors = [CellError(index, *cell.error) for index, cell in facts.unreadable]
     return Analysis(

@@ -9,7 +9,7 @@ from typing import List, Optional, Tuple
 
 from .analysis import Analysis, Options, analyze
 from .notebook import InputError, Notebook, atomic_write, load, render
-from .report import cell_diffs, json_report, summary_lines, text_report
+from .report import cell_diffs, json_report, summary_lines, text_report, unified_diff
 
 EXIT_OK, EXIT_FINDINGS, EXIT_INPUT = 0, 1, 2
 
@@ -65,7 +65,8 @@ def fix_command(args) -> int:
 
     result = fix_notebook(notebook, analysis)
     for cell, reason in result.failed:
-        print(f"npu-migrate-nb: {args.path}:cell {cell}: not fixed: {reason}", file=sys.stderr)
+        where = cell if isinstance(cell, str) else f"{args.path}:cell {cell}"
+        print(f"npu-migrate-nb: {where}: not fixed: {reason}", file=sys.stderr)
     try:
         text = render(notebook, result.sources)
     except InputError as error:
@@ -73,7 +74,10 @@ def fix_command(args) -> int:
         return EXIT_INPUT
     if args.diff or not (args.output or args.in_place):
         sys.stdout.write(cell_diffs(notebook, result.sources))
+    if args.diff or not args.in_place:
+        sys.stdout.write("".join(unified_diff(old, new, path) for path, (old, new) in result.modules.items()))
     written = _write(args, notebook, text, bool(result.sources))
+    _write_modules(args, result.modules)
     remaining = _remaining(notebook, result.sources, options)
     _summarize(args.path, result, remaining, written)
     return exit_code_for(remaining)
@@ -91,6 +95,19 @@ def _write(args, notebook: Notebook, text: str, changed: bool) -> Optional[str]:
     return None
 
 
+def _write_modules(args, modules) -> None:
+    """The notebook's own modules are rewritten only with ``--in-place`` (each keeps a ``.orig``);
+    otherwise their diff is printed and they are named here."""
+    for path, (_, new) in sorted(modules.items()):
+        if args.in_place:
+            shutil.copy2(path, path + ".orig")
+            atomic_write(path, new)
+            print(f"npu-migrate-nb: {path}: fixed in place (the original is {path}.orig)", file=sys.stderr)
+        else:
+            print(f"npu-migrate-nb: {path}: has fixes too, not written: use --in-place, or apply its diff",
+                  file=sys.stderr)
+
+
 def _remaining(notebook: Notebook, sources, options: Options) -> Analysis:
     cells = [with_changes(cell, source=sources.get(cell.index, cell.source)) for cell in notebook.cells]
     return analyze(with_changes(notebook, cells=cells), options)
@@ -99,16 +116,16 @@ def _remaining(notebook: Notebook, sources, options: Options) -> Analysis:
 def _summarize(path: str, result, remaining: Analysis, written: Optional[str]) -> None:
     changed = len(result.sources)
     where = f", wrote {written}" if written else (", nothing written (use -o OUT or --in-place)" if changed else "")
-    print(f"npu-migrate-nb: {path}: applied {len(result.applied)} fix(es) in {changed} cell(s){where}", file=sys.stderr)
+    modules = f" and {len(result.modules)} module(s)" if result.modules else ""
+    print(
+        f"npu-migrate-nb: {path}: applied {len(result.applied)} fix(es) in {changed} cell(s){modules}{where}",
+        file=sys.stderr,
+    )
     left = remaining.problems
     if left:
         print(f"npu-migrate-nb: {len(left)} finding(s) need your attention:", file=sys.stderr)
         for finding in left:
-            print(
-                f"  {path}:cell {finding.cell}:{finding.line}:{finding.column}: {finding.severity}: "
-                f"{finding.message} [{finding.code}]",
-                file=sys.stderr,
-            )
+            print(f"  {finding.where(path)}: {finding.severity}: {finding.message} [{finding.code}]", file=sys.stderr)
     for line in summary_lines(remaining):
         print(line.replace(f"{path}:", f"{path} (after fix):", 1), file=sys.stderr)
 

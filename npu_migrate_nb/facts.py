@@ -442,7 +442,8 @@ def canonical(name: str) -> str:
 class NotebookFacts:
     """The facts of every analyzable cell, with names resolved across the whole notebook."""
 
-    def __init__(self, notebook: Notebook):
+    def __init__(self, notebook: Notebook, modules: Sequence[Tuple[int, str]] = ()):
+        """``modules``: (cell index, source) of the notebook's own modules, read as more cells."""
         self.notebook = notebook
         self.cells: List[Tuple[int, CellFacts]] = []
         self.unreadable: List[Tuple[int, CellFacts]] = []
@@ -454,6 +455,8 @@ class NotebookFacts:
                 self.unreadable.append((cell.index, facts))
             elif facts.is_python:
                 self.cells.append((cell.index, facts))
+        self.notebook_cells = list(self.cells)
+        self.cells += [(index, facts_for(source)) for index, source in modules]
         for _, facts in self.cells:
             for fact in facts.imports:
                 if fact.local == "*":

@@ -53,11 +53,23 @@ class Finding:
     message: str
     fix: Optional[str] = None  # the replacement or inserted text, for people
     edits: Tuple[Edit, ...] = field(default=(), repr=False, compare=False)
+    # Set for a finding in one of the notebook's own modules (``model.py``): ``cell`` is then that
+    # module's index in the facts model, no cell of the notebook (JSON says ``"cell": null``).
+    path: Optional[str] = None
 
     def to_json(self) -> Dict[str, object]:
         # Field by field: ``asdict`` would deep-copy the edits only to drop them (half the time of a
         # server analysis with hundreds of findings).
-        return {name: getattr(self, name) for name in _FINDING_FIELDS}
+        document = {name: getattr(self, name) for name in _FINDING_FIELDS}
+        if self.path is not None:
+            document["cell"] = None
+            document["path"] = self.path
+        return document
+
+    def where(self, notebook_path: str) -> str:
+        """``NB.ipynb:cell 3:12:5`` or, in a module, ``model.py:12:5``."""
+        place = self.path if self.path is not None else f"{notebook_path}:cell {self.cell}"
+        return f"{place}:{self.line}:{self.column}"
 
 
 _FINDING_FIELDS = ("code", "step", "severity", "cell", "line", "column", "end_line", "end_column", "message", "fix")

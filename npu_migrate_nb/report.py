@@ -24,10 +24,7 @@ def finding_lines(analysis: Analysis) -> List[str]:
         for error in analysis.errors
     ]
     for finding in analysis.findings:
-        lines.append(
-            f"{analysis.path}:cell {finding.cell}:{finding.line}:{finding.column}: "
-            f"{finding.severity}: {finding.message} [{finding.code}]"
-        )
+        lines.append(f"{finding.where(analysis.path)}: {finding.severity}: {finding.message} [{finding.code}]")
     return lines
 
 
@@ -114,7 +111,7 @@ def elsewhere_lines(analysis: Analysis, cell: int, labels: Mapping[int, str]) ->
     others = [f for f in analysis.findings if f.cell != cell and f.severity != "info"]
     lines = ["in other cells run so far:"] if others else []
     for finding in others:
-        where = labels.get(finding.cell, f"cell {finding.cell}")
+        where = finding.path or labels.get(finding.cell, f"cell {finding.cell}")
         lines.append(f"  {where} line {finding.line}: {finding.message} [{finding.code}]")
     return lines
 
@@ -123,7 +120,7 @@ def notebook_report_text(analysis: Analysis, labels: Mapping[int, str]) -> str:
     """Every cell with findings (``labels``: cell index -> its name), then the checklist."""
     lines: List[str] = []
     for cell in cells_with_findings(analysis):
-        lines += cell_section_text(analysis, cell, labels.get(cell, f"cell {cell}"))
+        lines += cell_section_text(analysis, cell, label_of(analysis, cell, labels))
     return "\n".join(lines + checklist_text(analysis)) + "\n"
 
 
@@ -145,6 +142,17 @@ def checklist_text(analysis: Analysis) -> List[str]:
         because = f": {item['reason']}" if item["reason"] else ""
         lines.append(f"  {item['status']:>14}  {item['name']} ({item['hanzi']}){because}")
     return lines
+
+
+def label_of(analysis: Analysis, cell: int, labels: Mapping[int, str]) -> str:
+    """How a report names a cell: its label, or the file of one of the notebook's own modules."""
+    module = analysis.context.module_at.get(cell) if analysis.context is not None else None
+    return module.path if module is not None else labels.get(cell, f"cell {cell}")
+
+
+def source_of(analysis: Analysis, cell: int, sources: Mapping[int, str]) -> str:
+    module = analysis.context.module_at.get(cell) if analysis.context is not None else None
+    return module.source if module is not None else sources.get(cell, "")
 
 
 def cells_with_findings(analysis: Analysis) -> List[int]:
@@ -200,10 +208,15 @@ def elsewhere_html(analysis: Analysis, cell: int, labels: Mapping[int, str]) -> 
 
 def notebook_report_html(analysis: Analysis, sources: Mapping[int, str], labels: Mapping[int, str]) -> str:
     sections = "".join(
-        cell_section_html(analysis, cell, sources.get(cell, ""), labels.get(cell, f"cell {cell}"))
+        cell_section_html(analysis, cell, source_of(analysis, cell, sources), label_of(analysis, cell, labels))
         for cell in cells_with_findings(analysis)
     )
     return _CSS + '<div class="npu-report">' + sections + checklist_html(analysis) + "</div>"
+
+
+def module_section_html(analysis: Analysis, cell: int) -> str:
+    """The section of one of the notebook's own modules: its findings, fixed by ``npu-migrate-nb fix``."""
+    return cell_section_html(analysis, cell, source_of(analysis, cell, {}), label_of(analysis, cell, {}))
 
 
 def cell_section_html(analysis: Analysis, cell: int, source: str, label: str, with_findings: bool = True) -> str:

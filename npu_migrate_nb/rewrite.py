@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ast
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 import libcst as cst
@@ -26,16 +26,35 @@ class FixResult:
     sources: Dict[int, str]  # cell index -> new source, for the cells that changed
     applied: List[Finding]
     failed: List[Tuple[int, str]]  # (cell, reason)
+    # The notebook's own modules that changed: path -> (old source, new source).
+    modules: Dict[str, Tuple[str, str]] = field(default_factory=dict)
 
 
 def plan(analysis: Analysis, codes: Optional[Set[str]] = None) -> List[Edit]:
-    """The edits of the selected findings, plus the setup they need (once, where it belongs)."""
+    """The edits of the selected findings, plus the setup they need (once, where it belongs: in the
+    notebook, and in each of its own modules that gets an edit)."""
     chosen = _chosen(analysis, codes)
     edits = [edit for finding in chosen for edit in finding.edits]
-    setup = _setup_for(analysis, edits, codes)
+    modules = analysis.context.module_at if analysis.context is not None else {}
+    setup = _setup_for(analysis, [edit for edit in edits if edit.cell not in modules], codes)
     if setup is not None:
         edits.extend(setup[3])
+    edits.extend(_module_setups(analysis, [edit for edit in edits if edit.cell in modules]))
     return edits
+
+
+def _module_setups(analysis: Analysis, module_edits: Sequence[Edit]) -> List[Edit]:
+    from .rules.setup import setup_plan
+
+    needs_by_module: Dict[int, Set[str]] = defaultdict(set)
+    for edit in module_edits:
+        needs_by_module[edit.cell] |= edit.needs
+    setups: List[Edit] = []
+    for module, needs in sorted(needs_by_module.items()):
+        planned = setup_plan(analysis.context, needs, module=module)
+        if planned is not None:
+            setups.extend(planned[3])
+    return setups
 
 
 def _chosen(analysis: Analysis, codes: Optional[Set[str]]) -> List[Finding]:
@@ -62,21 +81,29 @@ def fix_notebook(notebook: Notebook, analysis: Analysis, codes: Optional[Set[str
     for edit in plan(analysis, codes):
         edits_by_cell[edit.cell].append(edit)
     sources, failed = {}, []
-    by_index = {cell.index: cell for cell in notebook.cells}
+    by_index = {cell.index: cell.source for cell in notebook.cells}
+    if analysis.context is not None:
+        by_index.update({index: module.source for index, module in analysis.context.module_at.items()})
     for index, edits in sorted(edits_by_cell.items()):
         try:
-            new_source = apply_edits(by_index[index].source, edits)
+            new_source = apply_edits(by_index[index], edits)
         except RewriteError as error:
             failed.append((index, str(error)))
             continue
-        if new_source != by_index[index].source:
+        if new_source != by_index[index]:
             sources[index] = new_source
+    module_at = analysis.context.module_at if analysis.context is not None else {}
+    changed_modules = {
+        module_at[index].path: (module_at[index].source, sources.pop(index)) for index in list(sources) if index in module_at
+    }
+    failed = [(module_at[index].path if index in module_at else index, reason) for index, reason in failed]
     failed_cells = {cell for cell, _ in failed}
     applied = [
         f for f in analysis.findings
-        if f.edits and (codes is None or f.code in codes) and all(e.cell not in failed_cells for e in f.edits)
+        if f.edits and (codes is None or f.code in codes)
+        and all((module_at[e.cell].path if e.cell in module_at else e.cell) not in failed_cells for e in f.edits)
     ]
-    return FixResult(sources, applied, failed)
+    return FixResult(sources, applied, failed, changed_modules)
 
 
 def apply_edits(source: str, edits: Sequence[Edit]) -> str:

@@ -23,7 +23,7 @@ from .analysis import Analysis
 from .kernel_cells import ExecutedCells
 from .notebook import Notebook
 from .report import (_CSS, cell_findings, cells_with_findings, cell_report_html, cell_report_text, cell_section_html, checklist_html,
-                     elsewhere_html, notebook_report_html, notebook_report_text, unified_diff)
+                     elsewhere_html, module_section_html, notebook_report_html, notebook_report_text, unified_diff)
 
 NO_FRONTEND = ("This frontend has no npu-migrate-nb extension that can edit the cell, so paste the "
                "adapted cell below in place of the old one (or run it with %%npu_distribute --apply).")
@@ -154,7 +154,11 @@ class PanelView(_WithFallback, W.VBox):
         labelled = dict(cells.labelled())
         children: List[W.Widget] = []
         for index in cells_with_findings(analysis):
-            cell = labelled[index]
+            cell = labelled.get(index)
+            if cell is None:  # one of the notebook's own modules: shown, fixed with ``npu-migrate-nb fix``
+                children.append(W.HTML(_CSS + '<div class="npu-report">' + module_section_html(analysis, index)
+                                       + "</div>"))
+                continue
             children.append(W.HTML(_CSS + '<div class="npu-report">'
                                    + _code_section(analysis, index, cell.source, cell.label) + "</div>"))
             children += finding_fixes(notebook, analysis, index, cell.label, cell.cell_id, frontend)

@@ -1,4 +1,4 @@
-import { answerReplace, debounce, IAnalysis, lineMarks, planApply, statusWords } from './logic';
+import { answerReplace, debounce, findingPlace, IAnalysis, lineMarks, planApply, statusWords } from './logic';
 
 const analysis = (over: Partial<IAnalysis>): IAnalysis => ({
   path: 'nb.ipynb',
@@ -66,6 +66,14 @@ describe('lineMarks', () => {
     expect(marks.get(5)).toEqual([{ line: 1, severity: 'error', message: 'syntax error' }]);
     expect(marks.has(0)).toBe(false);
   });
+
+  it('marks no cell for a finding in one of the notebook\'s own modules, and names its file', () => {
+    const inModule = { ...finding(0, 3, 3, 'error', 'missing-allreduce'), cell: null, path: 'model.py' };
+    const marks = lineMarks(analysis({ findings: [inModule, finding(1, 2, 2, 'error', 'missing-shard')] }));
+    expect([...marks.keys()]).toEqual([1]);
+    expect(findingPlace(inModule)).toBe('model.py line 3');
+    expect(findingPlace(finding(1, 2, 2, 'error', 'missing-shard'))).toBe('cell 1 line 2');
+  });
 });
 
 describe('answerReplace', () => {
@@ -90,10 +98,11 @@ describe('answerReplace', () => {
 
 describe('statusWords and debounce', () => {
   it('says the statuses in the words users know', () => {
-    expect(['missing', 'present', 'not-applicable'].map(s => statusWords(s as any))).toEqual([
+    expect(['missing', 'present', 'not-applicable', 'unknown'].map(s => statusWords(s as any))).toEqual([
       'missing',
       'present',
-      'not applicable'
+      'not applicable',
+      'unknown'
     ]);
   });
 

@@ -9,7 +9,7 @@ export interface IFinding {
   code: string;
   step: string | null;
   severity: 'error' | 'warning' | 'info';
-  cell: number;
+  cell: number | null; // null for a finding in one of the notebook's own modules (see path)
   line: number;
   column: number;
   end_line: number;
@@ -46,6 +46,11 @@ export const STEPS: Array<{ step: string; name: string; hanzi: string }> = [
 /** The words users know: missing, present, not applicable, unknown. */
 export function statusWords(status: StepStatus | undefined): string {
   return status === 'not-applicable' ? 'not applicable' : status ?? 'unknown';
+}
+
+/** Where a finding is: `cell 3 line 12`, or `model.py line 12` in one of the notebook's own modules. */
+export function findingPlace(finding: IFinding): string {
+  return finding.path ? `${finding.path} line ${finding.line}` : `cell ${finding.cell} line ${finding.line}`;
 }
 
 export interface IWrite {
@@ -106,6 +111,9 @@ export function lineMarks(analysis: IAnalysis): Map<number, ILineMark[]> {
     add(error.cell, error.line, 'error', error.message);
   }
   for (const finding of analysis.findings) {
+    if (finding.path || finding.cell === null) {
+      continue; // in one of the notebook's own modules, not in a cell
+    }
     const last = Math.max(finding.line, finding.end_line || finding.line);
     for (let line = finding.line; line <= last; line++) {
       add(finding.cell, line, finding.severity, `${finding.message} [${finding.code}]`);

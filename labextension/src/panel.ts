@@ -5,7 +5,7 @@ import { Widget } from '@lumino/widgets';
 
 import * as api from './api';
 import { cellSources, writeCells } from './apply';
-import { debounce, IAnalysis, IFinding, lineMarks, planApply, STEPS, statusWords } from './logic';
+import { debounce, findingPlace, IAnalysis, IFinding, lineMarks, planApply, STEPS, statusWords } from './logic';
 import { showMarks } from './marks';
 
 export const PANEL_ID = 'npu-migrate-nb-panel';
@@ -163,10 +163,14 @@ export class NpuPanel extends Widget {
     if (!panel) {
       return;
     }
+    const index = finding.cell;
+    if (index === null) {
+      return;
+    }
     const notebook = panel.content;
-    notebook.activeCellIndex = finding.cell;
-    void notebook.scrollToItem(finding.cell).then(() => {
-      const cell = notebook.widgets[finding.cell];
+    notebook.activeCellIndex = index;
+    void notebook.scrollToItem(index).then(() => {
+      const cell = notebook.widgets[index];
       if (!cell || !cell.editor) {
         return;
       }
@@ -222,10 +226,15 @@ export class NpuPanel extends Widget {
     const row = element(
       'div',
       { class: `npu-finding npu-${finding.severity}`, 'data-code': finding.code },
-      element('div', {}, element('b', {}, finding.severity), ` cell ${finding.cell} line ${finding.line}: ${finding.message} `, element('code', {}, `[${finding.code}]`))
+      element('div', {}, element('b', {}, finding.severity), ` ${findingPlace(finding)}: ${finding.message} `, element('code', {}, `[${finding.code}]`))
     );
     if (finding.fix) {
       row.append(element('pre', { class: 'npu-fix' }, finding.fix));
+    }
+    if (finding.path) {
+      // A module of the notebook's project: the notebook's model cannot write it.
+      row.append(element('div', { class: 'npu-module-note' }, `fix it with: npu-migrate-nb fix NOTEBOOK --in-place (rewrites ${finding.path})`));
+      return row;
     }
     const actions = element('div', { class: 'npu-buttons' }, this.button('Go to', () => this.goTo(finding), 'npu-goto'));
     if (finding.fix) {

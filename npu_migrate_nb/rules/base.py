@@ -44,7 +44,14 @@ class Rule(abc.ABC):
         """The findings of this rule in the notebook."""
 
     def unlocated(self, context: "Context", message: str) -> List[Finding]:
-        """The step is missing but no place to fix it was recognized: say so at the training call."""
+        """The step is missing but no place to fix it was recognized: say so at the training call; or,
+        when what would do the step comes from code that cannot be seen, the step is ``unknown``."""
+        from ..origins import unseen_origin
+
+        unseen = unseen_origin(context, self.step)
+        if unseen is not None:
+            context.mark(self.step, "unknown", unseen)
+            return []
         found = training_call(context)
         if found is None:
             return []

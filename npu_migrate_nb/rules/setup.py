@@ -50,8 +50,10 @@ class MissingSetup(Rule):
 
 
 def needs_of_existing_code(context) -> Set[str]:
+    """What the notebook's own cells need (its modules get their setup with their edits; the device a
+    module's npu_device calls need is opened by the notebook)."""
     needs = set()
-    for _, facts in context.facts.cells:
+    for _, facts in context.facts.notebook_cells:
         for name in NPU_BRIDGE_NAMES & facts.names:
             bare_calls = [site for site in facts.calls_by_method.get(name, ()) if site.dotted == name]
             if bare_calls and name not in context.facts.aliases:
@@ -59,7 +61,7 @@ def needs_of_existing_code(context) -> Set[str]:
     if context.uses(*_NPU_DEVICE_APIS):
         needs.add(NEEDS_NPU_DEVICE)
     if context.facts.uses_name("getenv") and any(
-        site.dotted == "os.getenv" for _, _, site in context.facts.calls("getenv")
+        site.dotted == "os.getenv" for cell, _, site in context.facts.calls("getenv") if cell not in context.module_at
     ):
         needs.add(NEEDS_OS)
     return needs
@@ -73,18 +75,22 @@ _NPU_DEVICE_APIS = (
 )
 
 
-def setup_lines(context, needs: AbstractSet[str]) -> List[str]:
-    """The setup statements still missing for ``needs``, in the order they must run."""
-    facts = context.facts
+def setup_lines(context, needs: AbstractSet[str], cells=None) -> List[str]:
+    """The setup statements still missing for ``needs`` in ``cells`` (default: the notebook's own),
+    in the order they must run. Only the notebook opens the device."""
+    cells = context.facts.notebook_cells if cells is None else cells
+    imports = [fact for _, facts in cells for fact in facts.imports]
     lines = []
-    if NEEDS_OS in needs and facts.aliases.get("os") != "os":
+    if NEEDS_OS in needs and not any(fact.local == "os" and fact.module == "os" for fact in imports):
         lines.append("import os")
-    if NEEDS_NPU_BRIDGE in needs and not _has_star_import(facts):
+    if NEEDS_NPU_BRIDGE in needs and not any(
+        fact.local == "*" and fact.module.startswith("npu_bridge") for fact in imports
+    ):
         lines.append(BRIDGE_STAR_IMPORT)
     if NEEDS_NPU_DEVICE in needs:
-        if facts.alias_for("npu_device") is None:
+        if not any(fact.module == "npu_device" for fact in imports):
             lines.append(f"import npu_device as {context.npu}")
-        if not context.uses("npu_device.open"):
+        if cells is context.facts.notebook_cells and not context.uses("npu_device.open"):
             lines.append(f"{context.npu}.open().as_default()")
     return lines
 
@@ -92,15 +98,18 @@ def setup_lines(context, needs: AbstractSet[str]) -> List[str]:
 BRIDGE_STAR_IMPORT = "from npu_bridge.npu_init import *"
 
 
-def setup_plan(context, needs: AbstractSet[str]) -> Optional[Tuple[int, object, ast.AST, List[Edit]]]:
+def setup_plan(context, needs: AbstractSet[str], module: Optional[int] = None) -> Optional[Tuple[int, object, ast.AST, List[Edit]]]:
     """The setup edits: the npu_bridge star import goes before the notebook's TensorFlow import (it
     exports a ``tf`` of its own, which must not replace the notebook's ``tf``, e.g. compat.v1), the
-    rest after it."""
-    lines = setup_lines(context, needs)
+    rest after it. ``module``: the cell index of one of the notebook's own modules, set up alike."""
+    cells = context.facts.notebook_cells if module is None else [
+        entry for entry in context.facts.cells if entry[0] == module
+    ]
+    lines = setup_lines(context, needs, cells)
     if not lines:
         return None
     only_open = lines == [f"{context.npu}.open().as_default()"]
-    anchor = _anchor(context, ("npu_device",) if only_open else ("tensorflow", "npu_device"))
+    anchor = _anchor(cells, ("npu_device",) if only_open else ("tensorflow", "npu_device"))
     if anchor is None:
         return None
     cell, facts, stmt, where = anchor
@@ -114,14 +123,10 @@ def setup_plan(context, needs: AbstractSet[str]) -> Optional[Tuple[int, object, 
     return cell, facts, stmt, edits
 
 
-def _has_star_import(facts) -> bool:
-    return any(module.startswith("npu_bridge") for module in facts.star_modules)
-
-
-def _anchor(context, modules: Tuple[str, ...]):
-    """After the notebook's first import of one of ``modules``; else after its first import; else at the top."""
+def _anchor(cells, modules: Tuple[str, ...]):
+    """After the first import of one of ``modules`` in ``cells``; else after the first import; else at the top."""
     first_import = None
-    for cell, facts in context.facts.cells:
+    for cell, facts in cells:
         for fact in facts.imports:
             if fact.function is not None or fact.stmt not in facts.tree.body:
                 continue
@@ -131,7 +136,7 @@ def _anchor(context, modules: Tuple[str, ...]):
                 first_import = (cell, facts, fact.stmt, "after")
     if first_import is not None:
         return first_import
-    for cell, facts in context.facts.cells:
+    for cell, facts in cells:
         body = [stmt for stmt in facts.tree.body if not is_docstring_or_future(stmt) and not facts.is_ipython_line(stmt)]
         if body:
             return cell, facts, body[0], "before"

@@ -90,7 +90,21 @@ class _Base(APIHandler):
         except InputError as error:
             raise _bad_request(str(error)) from None
 
-    def analysis_options(self, body: Dict[str, Any]) -> Options:
+    def analysis_options(self, body: Dict[str, Any], path: Optional[str] = None) -> Options:
+        """The analysis options posted; the notebook's own modules are read from its folder."""
+        options = self._given_options(body)
+        options.base = self._directory_of(path)
+        options.paths_from = self._root()  # as the contents API names files
+        return options
+
+    def _root(self) -> Optional[str]:
+        root = getattr(self.settings.get("serverapp"), "root_dir", None) or self.settings.get("server_root_dir")
+        return os.path.realpath(os.path.expanduser(root)) if root else None
+
+    def _directory_of(self, key: Optional[str]) -> Optional[str]:
+        return notebook_directory(self._root(), key)
+
+    def _given_options(self, body: Dict[str, Any]) -> Options:
         given = body.get("options")
         if given is None:
             return Options()
@@ -135,7 +149,7 @@ class AnalyzeHandler(_Base):
         started = time.perf_counter()
         body = self.json_body()
         path = self.display_path(body)
-        options = self.analysis_options(body)
+        options = self.analysis_options(body, path)
         notebook, _ = self.notebook(body, path)
         parsed = time.perf_counter()
         text, analyzed, serialized = await self.in_worker(_analyze_to_json, notebook, options)
@@ -161,7 +175,7 @@ class FixHandler(_Base):
         started = time.perf_counter()
         body = self.json_body()
         path = self.display_path(body)
-        options = self.analysis_options(body)
+        options = self.analysis_options(body, path)
         codes = _codes(body.get("codes"))
         notebook, _ = self.notebook(body, path)
         if not notebook.is_python:
@@ -237,9 +251,6 @@ class SimulateHandler(_Base):
         self.set_header("Location", self.request.path.rstrip("/") + "/" + job.id)
         self.finish(json.dumps({"id": job.id}))
 
-    def _directory_of(self, key: Optional[str]) -> Optional[str]:
-        root = getattr(self.settings.get("serverapp"), "root_dir", None) or self.settings.get("server_root_dir")
-        return notebook_directory(root, key)
 
 
 def notebook_directory(root: Optional[str], path: Optional[str]) -> Optional[str]:

@@ -92,6 +92,7 @@ def test_a_finding_in_json_is_every_field_but_its_edits():
         for finding in analysis.findings:
             expected = dataclasses.asdict(finding)
             expected.pop("edits")
+            assert expected.pop("path") is None  # said only for a finding in one of the notebook's modules
             assert finding.to_json() == expected
 
 
@@ -309,3 +310,27 @@ async def test_a_browser_session_needs_the_xsrf_token(jp_serverapp, http_server_
                                    headers={"Cookie": cookie, "X-XSRFToken": xsrf})
     assert with_xsrf.code == 200, with_xsrf.body[:300]
     assert reply(with_xsrf)["steps"] == STEPS_MISSING
+
+
+async def test_analyze_reads_the_notebooks_own_modules_from_its_folder_and_names_them_as_the_contents_api_does(
+    post, jp_root_dir
+):
+    project = jp_root_dir / "project"
+    project.mkdir()
+    (project / "model.py").write_text(
+        "import tensorflow.compat.v1 as tf\n"
+        "def model_fn(features, labels, mode):\n"
+        "    optimizer = tf.train.AdamOptimizer(1e-3)\n"
+        "    train_op = optimizer.minimize(tf.reduce_mean(features))\n"
+        "    return tf.estimator.EstimatorSpec(mode=mode, loss=tf.reduce_mean(features), train_op=train_op)\n"
+    )
+    source = "import tensorflow.compat.v1 as tf\nfrom model import model_fn\nest = tf.estimator.Estimator(model_fn=model_fn)\n"
+    document = {"cells": [{"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": source}],
+                "metadata": {"kernelspec": {"name": "python3", "language": "python", "display_name": "Python 3"}},
+                "nbformat": 4, "nbformat_minor": 5}
+    got = reply(await post("analyze", {"notebook": document, "path": "project/train.ipynb"}))
+    [finding] = [f for f in got["findings"] if f["code"] == "missing-allreduce"]
+    assert (finding["path"], finding["cell"], finding["line"]) == ("project/model.py", None, 3)
+    elsewhere = reply(await post("analyze", {"notebook": document, "path": "train.ipynb"}))  # no model.py there
+    assert elsewhere["steps"]["allreduce"] == "unknown"
+    assert "there is no model.py next to the notebook" in elsewhere["reasons"]["allreduce"]

@@ -1,0 +1,176 @@
+"""The notebook's own modules: ``from model import model_fn``, ``import optimization`` of a file in the
+notebook's folder or package. Each module found becomes one more source in the same facts model (its
+findings name its file); a module that cannot be seen (not a file of the project: an installed package,
+a file that is not there) is remembered with the reason, for the ``unknown`` step status.
+
+Modules are looked up as Python would from the notebook's folder (the kernel's working directory),
+then followed transitively, with relative imports resolved in their package.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Dict, Iterable, List, Optional, Tuple
+
+from .facts import ImportFact, facts_for
+from .notebook import MAX_CELL_CHARS, Notebook
+
+# Cells of modules get indices from here on: far above any notebook's cells, so that a module's
+# findings and edits never address a notebook cell.
+MODULE_CELL_BASE = 1_000_000
+MAX_MODULES = 64
+MAX_MODULE_BYTES = MAX_CELL_CHARS
+
+# Packages whose APIs the analyzer knows by name: their code need not be seen.
+KNOWN_PACKAGES = frozenset(
+    {
+        "tensorflow", "keras", "tf_keras", "tensorflow_datasets", "tensorflow_hub", "tensorflow_addons",
+        "tensorflow_probability", "tensorflow_text", "npu_device", "npu_bridge", "hccl", "horovod",
+        "numpy", "pandas", "matplotlib", "seaborn", "PIL", "sklearn", "scipy", "os", "sys", "time", "math",
+        "json", "random", "pathlib", "glob", "shutil", "collections", "functools", "itertools", "typing",
+        "argparse", "logging", "re", "io", "pickle", "datetime", "csv", "zipfile", "tarfile", "urllib",
+        "requests", "IPython", "ipywidgets", "tqdm", "absl", "six", "__future__", "npu_migrate_nb",
+        "subprocess", "warnings", "copy", "string", "textwrap", "dataclasses", "enum", "abc", "contextlib",
+        "tempfile", "gzip", "hashlib", "struct", "base64", "pprint", "platform", "multiprocessing",
+        "threading", "queue", "signal", "socket", "traceback", "inspect", "importlib", "operator",
+        "statistics", "cv2", "imageio", "h5py", "yaml", "gym", "gymnasium", "tf_agents", "google",
+    }
+)
+
+
+@dataclass(frozen=True)
+class ModuleSource:
+    name: str  # dotted module name as imported: "model", "utils.optimization"
+    path: str  # the file, as a path relative to the notebook's folder when inside it
+    source: str
+    index: int  # its cell index in the facts model (MODULE_CELL_BASE + k)
+
+
+@dataclass
+class ProjectModules:
+    found: List[ModuleSource]
+    unseen: Dict[str, str]  # imported module name -> why its code cannot be seen
+
+    def by_index(self) -> Dict[int, ModuleSource]:
+        return {module.index: module for module in self.found}
+
+
+def project_modules(notebook: Notebook, base: Optional[str] = None, shown_from: Optional[str] = None) -> ProjectModules:
+    """The local modules ``notebook`` imports (transitively), read from ``base`` (default: the
+    notebook's folder; the working directory for a notebook without a file). Their paths are shown
+    relative to ``shown_from`` (default: the working directory)."""
+    root = base if base is not None else _folder_of(notebook.path)
+    shown_from = shown_from or os.getcwd()
+    found: List[ModuleSource] = []
+    unseen: Dict[str, str] = {}
+    seen_files = set()
+    pending: List[Tuple[str, bool, str]] = [
+        (name, optional, root)
+        for cell in notebook.code_cells
+        for name, optional in _imported_names(facts_for(cell.source).imports)
+    ]
+    tried = set()
+    while pending and len(found) < MAX_MODULES:
+        name, optional, folder = pending.pop(0)
+        if (name, folder) in tried:
+            continue
+        tried.add((name, folder))
+        top = name.lstrip(".").split(".")[0]
+        if not name.startswith(".") and top in KNOWN_PACKAGES:
+            continue
+        path = _module_file(name, folder, root)
+        if path is None:
+            if not optional and not name.startswith("."):
+                unseen.setdefault(name, _why_unseen(name, root))
+            continue
+        real = os.path.realpath(path)
+        if real in seen_files:
+            continue
+        seen_files.add(real)
+        source = _read(path)
+        if source is None:
+            unseen.setdefault(name, f"{_shown(path, shown_from)} cannot be read as UTF-8 text")
+            continue
+        facts = facts_for(source)
+        if facts.error is not None:
+            line, _, message = facts.error
+            unseen.setdefault(name, f"{_shown(path, shown_from)} cannot be analyzed (line {line}: {message})")
+            continue
+        found.append(ModuleSource(name, _shown(path, shown_from), source, MODULE_CELL_BASE + len(found)))
+        pending += [(inner, maybe, os.path.dirname(path)) for inner, maybe in _imported_names(facts.imports)]
+    return ProjectModules(found, unseen)
+
+
+def _folder_of(path: str) -> str:
+    if path and not path.startswith("<") and os.path.exists(path):
+        return os.path.dirname(os.path.abspath(path))
+    return os.getcwd()
+
+
+def _imported_names(imports: Iterable[ImportFact]) -> List[Tuple[str, bool]]:
+    """(module name, whether it may be absent) for each module an import may load: ``a.b`` for
+    ``import a.b`` and for ``from a.b import c``, and ``a.b.c`` (maybe absent: ``c`` may be a name)."""
+    names: Dict[str, bool] = {}
+    for fact in imports:
+        statement = fact.stmt
+        if isinstance(statement, ast.ImportFrom):
+            package = "." * statement.level + (statement.module or "")
+            if statement.module:
+                names.setdefault(package, False)
+            for alias in statement.names:
+                if alias.name != "*":
+                    separator = "" if package.endswith(".") else "."
+                    names.setdefault(package + separator + alias.name, True)
+        else:
+            names.setdefault(fact.module, False)
+    return list(names.items())
+
+
+def _module_file(name: str, folder: str, root: str) -> Optional[str]:
+    """The file of module ``name``: relative names from ``folder``, absolute ones from ``root``."""
+    level = len(name) - len(name.lstrip("."))
+    base = folder if level else root
+    for _ in range(max(level - 1, 0)):
+        base = os.path.dirname(base)
+    parts = name.lstrip(".").split(".")
+    candidate = os.path.join(base, *parts)
+    inside = os.path.realpath(root) + os.sep
+    for path in (candidate + ".py", os.path.join(candidate, "__init__.py")):
+        # Never above the notebook's folder (a server must not read outside its root through imports).
+        if os.path.realpath(path).startswith(inside) and os.path.isfile(path) and os.path.getsize(path) <= MAX_MODULE_BYTES:
+            return path
+    return None
+
+
+@lru_cache(maxsize=1024)
+def _why_unseen(name: str, root: str) -> str:
+    top = name.split(".")[0]
+    if os.path.isdir(os.path.join(root, top)) or os.path.isfile(os.path.join(root, top + ".py")):
+        return f"there is no {name.replace('.', '/')}.py in this project"
+    import importlib.util
+
+    try:
+        installed = importlib.util.find_spec(top) is not None
+    except (ImportError, ValueError):
+        installed = False
+    if installed:
+        return f"{top} is an installed package, whose code is not analyzed"
+    return f"there is no {name.replace('.', '/')}.py next to the notebook"
+
+
+def _read(path: str) -> Optional[str]:
+    try:
+        with open(path, "rb") as stream:
+            data = stream.read()
+        return data.decode("utf-8-sig")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _shown(path: str, shown_from: str) -> str:
+    """The path as the user would open it: relative to ``shown_from`` when inside it."""
+    relative = os.path.relpath(path, shown_from)
+    return os.path.abspath(path) if relative.startswith("..") else relative

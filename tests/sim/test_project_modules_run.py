@@ -1,0 +1,77 @@
+"""A notebook whose model_fn and input_fn live in a module of its own folder: the unfixed project is
+caught on 2 ranks; ``fix --in-place`` fixes the notebook and the module, and the fixed project passes
+the three checks."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.sim
+
+MODEL = """\
+import tensorflow.compat.v1 as tf
+import numpy as np
+
+rng = np.random.RandomState(0)
+FEATURES = rng.rand(512, 16).astype(np.float32)
+LABELS = (FEATURES.sum(axis=1) * 4 / 16).astype(np.int32) % 4
+
+
+def train_input_fn(batch_size):
+    dataset = tf.data.Dataset.from_tensor_slices((FEATURES, LABELS))
+    return dataset.shuffle(512, seed=1).repeat().batch(batch_size, drop_remainder=True)
+
+
+def model_fn(features, labels, mode):
+    hidden = tf.layers.dense(features, 32, activation=tf.nn.relu)
+    logits = tf.layers.dense(hidden, 4)
+    loss = tf.losses.sparse_softmax_cross_entropy(labels=labels, logits=logits)
+    optimizer = tf.train.GradientDescentOptimizer(learning_rate=0.1)
+    train_op = optimizer.minimize(loss=loss, global_step=tf.train.get_global_step())
+    return tf.estimator.EstimatorSpec(mode=mode, loss=loss, train_op=train_op)
+"""
+
+CELLS = [
+    "import os\nimport tensorflow.compat.v1 as tf\nfrom npu_bridge.npu_init import *\nfrom model import model_fn, train_input_fn",
+    "rank_size = int(os.getenv('RANK_SIZE', '1'))\n"
+    "estimator = tf.estimator.Estimator(model_fn=model_fn, config=npu_run_config_init(run_config=tf.estimator.RunConfig()))\n"
+    "estimator.train(lambda: train_input_fn(64), max_steps=16 // rank_size)",
+]
+
+
+def write_project(folder):
+    (folder / "model.py").write_text(MODEL)
+    document = {
+        "cells": [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": c} for c in CELLS],
+        "metadata": {"kernelspec": {"name": "python3", "language": "python", "display_name": "Python 3"}},
+        "nbformat": 4, "nbformat_minor": 4,
+    }
+    path = folder / "train.ipynb"
+    path.write_text(json.dumps(document))
+    return path
+
+
+def cli(*args, cwd):
+    done = subprocess.run([sys.executable, "-m", "npu_migrate_nb", *args], capture_output=True, text=True,
+                          timeout=900, cwd=cwd)
+    return done.returncode, done.stdout, done.stderr
+
+
+def test_a_project_with_its_model_in_a_module_is_caught_then_fixed_in_both_files_and_proven(tmp_path):
+    notebook = write_project(tmp_path)
+    code, out, err = cli("run", str(notebook), "-n", "2", "--tf1", "--format", "json", cwd=tmp_path)
+    checks = json.loads(out)["checks"]
+    assert code == 1 and checks["allreduce"] == "fail" and checks["broadcast"] == "fail", (checks, err[-2000:])
+
+    code, _, err = cli("fix", str(notebook), "--in-place", cwd=tmp_path)
+    assert code == 0, err
+    module = (tmp_path / "model.py").read_text()
+    assert "optimizer = npu_distributed_optimizer_wrapper(optimizer)" in module
+    assert ".shard(int(os.getenv('RANK_SIZE', '1')), int(os.getenv('RANK_ID', '0')))" in module
+
+    code, out, err = cli("run", str(notebook), "-n", "2", "--tf1", "--format", "json", cwd=tmp_path)
+    result = json.loads(out)
+    assert result["checks"] == {"broadcast": "pass", "allreduce": "pass", "shard": "pass"}, (result, err[-2000:])
+    assert code == 0
