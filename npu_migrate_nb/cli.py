@@ -22,7 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(variable broadcast, gradient aggregation, dataset sharding) in notebooks and scripts.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="{check,fix,run}", required=True)
+    commands = parser.add_subparsers(dest="command", metavar="{check,fix,run,export}", required=True)
 
     check = commands.add_parser("check", help="report missing or wrong distributed steps")
     check.add_argument("paths", nargs="+", metavar="PATH", help=".ipynb notebooks or .py scripts")
@@ -52,6 +52,16 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--profile", metavar="NAME", help="use an existing ipyparallel profile (MPI, Slurm, SSH...)"
     )
+    export = commands.add_parser(
+        "export", help="write the notebook as a multi-card job: train.py, run_distributed.sh, README.md"
+    )
+    export.add_argument("path", metavar="NOTEBOOK")
+    export.add_argument("-o", "--output", metavar="DIR", required=True, help="the folder to write the job to")
+    export.add_argument("--devices-per-server", type=positive_int, default=8, metavar="N",
+                        help="Ascend devices (one process each) per server (default 8)")
+    export.add_argument("--servers", type=positive_int, default=1, metavar="N", help="servers in the job (default 1)")
+    export.add_argument("--force", action="store_true",
+                        help="export even when a step is missing or a pitfall is found")
     return parser
 
 
@@ -98,6 +108,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             from .commands import fix_command
 
             return fix_command(args)
+        if args.command == "export":
+            from .export import export_command
+
+            return export_command(args)
         from .sim.runner import run_command
 
         return run_command(args)

@@ -84,11 +84,38 @@ def read_text(path: str) -> str:
 
 
 def load(path: str) -> Notebook:
-    """Load ``path``: ``.ipynb`` as a notebook, anything else as a Python script in one cell."""
+    """Load ``path``: ``.ipynb`` as a notebook, anything else as a Python script: one cell per
+    ``# %%`` marker (the percent format of jupytext and editors), or one cell without markers."""
     text = read_text(path)
     if str(path).endswith(".ipynb"):
         return loads_notebook(text, path)
-    return Notebook(path=str(path), cells=[Cell(0, "code", text)], kind="script", document=None)
+    return Notebook(path=str(path), cells=script_cells(text), kind="script", document=None)
+
+
+# ``# %%``, ``#%%``, ``# %% title [markdown]``: a cell starts; its type is in brackets (code if none).
+_CELL_MARKER = re.compile(r"^#[ \t]?%%(?:[ \t].*)?$")
+_MARKED_TYPE = re.compile(r"\[(markdown|md|raw)\]")
+
+
+def script_cells(text: str) -> List[Cell]:
+    """A script's cells. Each cell's source starts with its marker line and the cells joined give the
+    text back (what comes before the first marker, a header, joins the first cell)."""
+    lines = text.splitlines(keepends=True)
+    starts = [number for number, line in enumerate(lines) if _CELL_MARKER.match(line.rstrip("\r\n"))]
+    if not starts:
+        return [Cell(0, "code", text)]
+    starts[0] = 0
+    bounds = zip(starts, starts[1:] + [len(lines)])
+    return [Cell(index, _marked_type(lines[start:end]), "".join(lines[start:end]))
+            for index, (start, end) in enumerate(bounds)]
+
+
+def _marked_type(lines: List[str]) -> str:
+    marker = next(line for line in lines if _CELL_MARKER.match(line.rstrip("\r\n")))
+    found = _MARKED_TYPE.search(marker)
+    if found is None:
+        return "code"
+    return "raw" if found.group(1) == "raw" else "markdown"
 
 
 def loads_notebook(text: str, path: str = "<notebook>") -> Notebook:
@@ -163,8 +190,8 @@ def _detect_indent(text: str) -> Optional[int]:
 
 def render(notebook: Notebook, new_sources: Mapping[int, str]) -> str:
     """The file's new text, with ``new_sources`` (cell index -> source) replacing those cells."""
-    if notebook.kind == "script":
-        return new_sources.get(0, notebook.cells[0].source)
+    if notebook.kind == "script":  # its cells (one per ``# %%`` marker) joined give the file back
+        return "".join(new_sources.get(cell.index, cell.source) for cell in notebook.cells)
     document = notebook.document
     assert document is not None
     changed = dict(document)
