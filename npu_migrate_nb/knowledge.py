@@ -158,3 +158,107 @@ TF1_IDIOMS = frozenset(
 RANK_SIZE_EXPR = "int(os.getenv('RANK_SIZE', '1'))"
 RANK_ID_EXPR = "int(os.getenv('RANK_ID', '0'))"
 BROADCAST_HOOK_EXPR = f"NPUBroadcastGlobalVariablesHook(0, {RANK_ID_EXPR})"
+
+# --- rank values
+# What a value read in the notebook stands for (ranks.py): the rank, the rank count, the chip on its
+# server, the chips of a server. A chip id is a rank only on one server: from the second server on,
+# DEVICE_ID and the local rank start again at 0.
+RANK_ENVIRONMENT_KINDS = {
+    "RANK_ID": "rank",
+    "RANK_SIZE": "size",
+    "CM_WORKER_SIZE": "size",
+    "ASCEND_DEVICE_ID": "device",
+    "DEVICE_ID": "device",
+    # The server's index in the model zoo's launch scripts: device_id + RANK_INDEX * 8 is the rank.
+    "RANK_INDEX": "server",
+}
+RANK_GETTER_KINDS = {
+    "npu_bridge.get_rank_id": "rank",
+    "npu_bridge.get_rank_size": "size",
+    "npu_bridge.get_local_rank_id": "device",
+    "npu_bridge.get_local_rank_size": "devices",
+    "horovod.rank": "rank",
+    "horovod.size": "size",
+    "horovod.local_rank": "device",
+    "horovod.local_size": "devices",
+}
+# Attributes of the TF2 adapter's device handle (npu.open(), npu.global_npu_ctx()).
+NPU_HANDLE_KINDS = {"worker_id": "rank", "workers_num": "size"}
+NPU_HANDLE_SOURCES = frozenset({"npu_device.open", "npu_device.global_npu_ctx", "npu_device.npu_device.global_npu_ctx"})
+ENVIRONMENT_READS = frozenset({"os.getenv", "os.environ.get"})
+ENVIRONMENT_MAPPING = "os.environ"
+
+# --- tf.distribute and Horovod
+# Strategies that replicate the model and reduce across replicas (tf-distribute-leftover removes
+# them: the adapter's broadcast, all-reduce and shard take their place, each done once).
+DISTRIBUTE_STRATEGIES = frozenset(
+    {
+        "tensorflow.distribute.MirroredStrategy",
+        "tensorflow.distribute.MultiWorkerMirroredStrategy",
+        "tensorflow.distribute.experimental.MultiWorkerMirroredStrategy",
+        "tensorflow.distribute.experimental.CentralStorageStrategy",
+    }
+)
+# What an InputContext's attributes are on Ascend, one pipeline per rank.
+INPUT_CONTEXT_VALUES = {
+    "num_input_pipelines": RANK_SIZE_EXPR,
+    "input_pipeline_id": RANK_ID_EXPR,
+    "num_replicas_in_sync": RANK_SIZE_EXPR,
+}
+
+# --- canned Estimators and not-data-parallel work
+# The optimizers the TF1 canned Estimators build for themselves (tensorflow_estimator 2.15, the v1
+# exports: what ``tf.estimator`` is on TF 1.15 and in the simulator's TF1 mode). Per class, each
+# optimizer parameter: (name, position, default string, learning rate a string gets, the
+# feature-column parameter without which that part, and its optimizer, is not built).
+# DNNLinearCombined's linear part gets min(0.005, 1/sqrt(number of linear columns)): 0.005 up to
+# 40000 columns.
+CANNED_ESTIMATOR_OPTIMIZERS = {
+    "tensorflow.estimator.DNNClassifier": (("optimizer", 6, "Adagrad", 0.05, None),),
+    "tensorflow.estimator.DNNRegressor": (("optimizer", 5, "Adagrad", 0.05, None),),
+    "tensorflow.estimator.LinearClassifier": (("optimizer", 5, "Ftrl", 0.2, None),),
+    "tensorflow.estimator.LinearRegressor": (("optimizer", 4, "Ftrl", 0.2, None),),
+    "tensorflow.estimator.DNNLinearCombinedClassifier": (
+        ("linear_optimizer", 2, "Ftrl", 0.005, ("linear_feature_columns", 1)),
+        ("dnn_optimizer", 4, "Adagrad", 0.001, ("dnn_feature_columns", 3)),
+    ),
+    "tensorflow.estimator.DNNLinearCombinedRegressor": (
+        ("linear_optimizer", 2, "Ftrl", 0.005, ("linear_feature_columns", 1)),
+        ("dnn_optimizer", 4, "Adagrad", 0.001, ("dnn_feature_columns", 3)),
+    ),
+    # The head-taking and baseline ones (recognized as Estimators once ESTIMATORS lists them).
+    "tensorflow.estimator.DNNEstimator": (("optimizer", 4, "Adagrad", 0.05, None),),
+    "tensorflow.estimator.LinearEstimator": (("optimizer", 3, "Ftrl", 0.2, None),),
+    "tensorflow.estimator.DNNLinearCombinedEstimator": (
+        ("linear_optimizer", 3, "Ftrl", 0.005, ("linear_feature_columns", 2)),
+        ("dnn_optimizer", 5, "Adagrad", 0.001, ("dnn_feature_columns", 4)),
+    ),
+    "tensorflow.estimator.BaselineClassifier": (("optimizer", 4, "Ftrl", 0.3, None),),
+    "tensorflow.estimator.BaselineRegressor": (("optimizer", 3, "Ftrl", 0.3, None),),
+}
+# The strings a v1 canned Estimator accepts (case matters), and the tf.train class each stands for.
+CANNED_OPTIMIZER_STRINGS = {
+    "Adagrad": "AdagradOptimizer",
+    "Adam": "AdamOptimizer",
+    "Ftrl": "FtrlOptimizer",
+    "RMSProp": "RMSPropOptimizer",
+    "SGD": "GradientDescentOptimizer",
+}
+BOOSTED_TREES_ESTIMATORS = frozenset(
+    {"tensorflow.estimator.BoostedTreesClassifier", "tensorflow.estimator.BoostedTreesRegressor"}
+)
+# Models whose weights come ready-made (not-data-parallel: a gradient step on an input of such a
+# model optimizes the input, not the model).
+PRETRAINED_MODEL_PREFIXES = ("tensorflow.keras.applications.", "tensorflow_hub.")
+PRETRAINED_MODEL_LOADERS = frozenset({"tensorflow.keras.models.load_model", "tensorflow.saved_model.load"})
+# Calls that make fresh numbers from a shape: a tf.Variable starting from one is a model parameter.
+FRESH_VALUE_PREFIXES = ("tensorflow.random.", "tensorflow.keras.initializers.", "numpy.random.")
+FRESH_VALUE_CALLS = frozenset(
+    {
+        "tensorflow.zeros", "tensorflow.ones", "tensorflow.fill", "tensorflow.constant", "tensorflow.truncated_normal",
+        "tensorflow.random_normal", "tensorflow.random_uniform", "numpy.zeros", "numpy.ones", "numpy.full",
+        "numpy.empty", "numpy.array",
+    }
+)
+# Reinforcement-learning environments: where the data of a notebook that reads no dataset comes from.
+ENVIRONMENT_PREFIXES = ("gym.", "gymnasium.", "tf_agents.environments.", "gym_super_mario_bros.")

@@ -33,7 +33,7 @@ from typing import Dict, List, Optional, Tuple
 import psutil
 
 from .engine import SETTINGS_VARIABLE
-from .rank_env import write_rank_table
+from .rank_env import devices_per_server, write_rank_table
 
 DEFAULT_STARTUP_TIMEOUT = 180.0
 _live_clusters: "weakref.WeakSet[Cluster]" = weakref.WeakSet()
@@ -76,6 +76,7 @@ class Cluster:
         self.job_id = str(10000 + os.getpid() % 50000)
         self.state_dir: Optional[str] = None
         self.rank_table_path: Optional[str] = None
+        self.devices_per_server = devices_per_server(n)  # NPU_SIM_DEVICES_PER_SERVER, read once
         self.rank_pids: Dict[int, int] = {}
         self._ipp_cluster = None
         self._client = None
@@ -96,7 +97,9 @@ class Cluster:
         if self.started:
             return self
         self.state_dir = tempfile.mkdtemp(prefix="npu-sim-")
-        self.rank_table_path = write_rank_table(os.path.join(self.state_dir, "rank_table.json"), self.n)
+        self.rank_table_path = write_rank_table(
+            os.path.join(self.state_dir, "rank_table.json"), self.n, self.devices_per_server
+        )
         _live_clusters.add(self)
         try:
             self._start_watchdog()
@@ -188,6 +191,7 @@ class Cluster:
         return {
             "job_id": self.job_id,
             "rank_table": self.rank_table_path,
+            "devices_per_server": self.devices_per_server,
             "state_dir": self.state_dir,
             "tf1": self.tf1,
             "seed": self.seed,

@@ -20,7 +20,8 @@ import threading
 import time
 from typing import Optional
 
-# The runner passes its settings in this variable (JSON): job_id, rank_table, state_dir, tf1, seed.
+# The runner passes its settings in this variable (JSON): job_id, rank_table, devices_per_server, state_dir,
+# tf1, seed.
 SETTINGS_VARIABLE = "NPU_SIM_ENGINE"
 
 
@@ -38,7 +39,8 @@ def main() -> None:
 def prepare_rank(rank: int, size: int, settings: dict) -> None:
     from .rank_env import apply_rank_environment
 
-    apply_rank_environment(rank, size, settings.get("job_id", "10086"), settings.get("rank_table", ""))
+    apply_rank_environment(rank, size, settings.get("job_id", "10086"), settings.get("rank_table", ""),
+                           settings.get("devices_per_server"))
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     state_dir = settings.get("state_dir")
     if state_dir:
