@@ -26,6 +26,7 @@ class Edit:
       ``insert_after``   statements ``code`` go after the statement starting at ``start``
       ``remove``         the statement starting at ``start`` is removed (``code`` unused)
       ``remove_element`` the list element expression at [start, end) is removed
+      ``unwrap``         the ``with`` statement starting at ``start`` gives way to its body (dedented)
     """
 
     cell: int

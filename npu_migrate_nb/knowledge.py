@@ -43,6 +43,12 @@ ESTIMATORS = frozenset(
         "tensorflow.estimator.DNNLinearCombinedRegressor",
         "tensorflow.estimator.BoostedTreesClassifier",
         "tensorflow.estimator.BoostedTreesRegressor",
+        "tensorflow.estimator.DNNEstimator",
+        "tensorflow.estimator.LinearEstimator",
+        "tensorflow.estimator.DNNLinearCombinedEstimator",
+        "tensorflow.estimator.BaselineClassifier",
+        "tensorflow.estimator.BaselineRegressor",
+        "tensorflow.estimator.BaselineEstimator",
     }
 )
 TRAIN_AND_EVALUATE = "tensorflow.estimator.train_and_evaluate"
@@ -262,3 +268,5 @@ FRESH_VALUE_CALLS = frozenset(
 )
 # Reinforcement-learning environments: where the data of a notebook that reads no dataset comes from.
 ENVIRONMENT_PREFIXES = ("gym.", "gymnasium.", "tf_agents.environments.", "gym_super_mario_bros.")
+# Reads of data besides tf.data: a notebook with one of them has a dataset, environment or not.
+DATA_READER_PREFIXES = ("tensorflow.keras.datasets.", "tensorflow_datasets.", "pandas.read_", "numpy.load")

@@ -220,7 +220,7 @@ class _EditApplier(cst.CSTTransformer):
         self.done: Set[int] = set()
         self.edits = list(edits)
         for edit in self.edits:
-            if edit.kind in ("insert_before", "insert_after", "remove"):
+            if edit.kind in ("insert_before", "insert_after", "remove", "unwrap"):
                 self.statement_edits[edit.start].append(edit)
             elif edit.kind == "remove_element":
                 self.element_removals.add((edit.start, edit.end))
@@ -321,6 +321,8 @@ class _EditApplier(cst.CSTTransformer):
             result.extend(_statements(e.code) for e in edits if e.kind == "insert_before")
             if any(e.kind == "remove" for e in edits):
                 orphaned_lines = list(stmt.leading_lines)
+            elif any(e.kind == "unwrap" for e in edits) and isinstance(stmt, cst.With):
+                result.extend(_unwrapped(stmt))
             else:
                 result.append(stmt)
             result.extend(_statements(e.code) for e in edits if e.kind == "insert_after")
@@ -390,6 +392,18 @@ def _appended(items: list, new_item):
         items[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
         return items + [new_item]
     return items + [new_item.with_changes(comma=last.comma)]
+
+
+def _unwrapped(stmt: cst.With) -> List[cst.CSTNode]:
+    """The body of a ``with`` in its place: libcst indents a block relative to it, so moving the
+    statements out dedents them, nested blocks and comments included."""
+    if isinstance(stmt.body, cst.SimpleStatementSuite):  # ``with x: a(); b()``
+        return [cst.SimpleStatementLine(stmt.body.body, leading_lines=stmt.leading_lines)]
+    body = list(stmt.body.body)
+    header = stmt.body.header.comment  # a comment on the ``with`` line stays, above the body
+    kept = [cst.EmptyLine(comment=header)] if header is not None else []
+    body[0] = body[0].with_changes(leading_lines=[*stmt.leading_lines, *kept, *body[0].leading_lines])
+    return body
 
 
 def _statements(code: str) -> List[cst.CSTNode]:

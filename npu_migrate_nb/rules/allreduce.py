@@ -13,6 +13,11 @@ from .base import Example, Rule, add_argument, insert_after, keras_prefix, repla
 from .reduction import reduction_for
 
 TF1_WRAPPER = "npu_distributed_optimizer_wrapper"
+BOOSTED_TREES_REASON = (
+    "boosted trees take no gradient step to aggregate: they grow trees from statistics of the batches, with no "
+    "optimizer for npu_distributed_optimizer_wrapper to wrap, and the adapter does not combine those statistics "
+    "(each rank grows its own trees from the data it reads)"
+)
 
 
 class MissingAllreduce(Rule):
@@ -60,6 +65,17 @@ class MissingAllreduce(Rule):
         "train_op = optimizer.minimize(loss)\n"
         "with tf.Session() as sess:\n"
         "    sess.run(train_op)\n",
+        # A canned Estimator given its optimizer explicitly, wrapped.
+        "from npu_bridge.npu_init import *\n"
+        "import tensorflow as tf\n"
+        "classifier = tf.estimator.DNNClassifier(hidden_units=[16], feature_columns=columns,\n"
+        "    optimizer=npu_distributed_optimizer_wrapper(tf.train.AdagradOptimizer(learning_rate=0.05)))\n"
+        "classifier.train(input_fn=train_input_fn, max_steps=100, hooks=npu_hooks_append())\n",
+        # Boosted trees take no gradient step: gradient aggregation does not apply.
+        "import tensorflow as tf\n"
+        "# %%\n"
+        "trees = tf.estimator.BoostedTreesClassifier(columns, n_batches_per_layer=1)\n"
+        "trees.train(input_fn=train_input_fn, max_steps=100)\n",
     ]
 
     INVALID = [
@@ -218,7 +234,106 @@ class MissingAllreduce(Rule):
             "        loss = tf.reduce_mean(tf.square(model(x) - y))\n"
             "    optimizer.apply_gradients(zip(npu.distribute.all_reduce(tape.gradient(loss, model.trainable_variables), reduction=\"mean\"), model.trainable_variables))\n",
         ),
+        # A canned Estimator with its default optimizer ('Adagrad' at 0.05 for DNN): passed explicitly, wrapped.
+        Example(
+            "import tensorflow as tf\n"
+            "# %%\n"
+            "columns = [tf.feature_column.numeric_column('x', shape=[4])]\n"
+            "classifier = tf.estimator.DNNClassifier(hidden_units=[16, 8], feature_columns=columns, n_classes=3)\n"
+            "# %%\n"
+            "classifier.train(input_fn=train_input_fn, max_steps=100)\n",
+            "from npu_bridge.npu_init import *\n"
+            "import tensorflow as tf\n"
+            "# %%\n"
+            "columns = [tf.feature_column.numeric_column('x', shape=[4])]\n"
+            "classifier = tf.estimator.DNNClassifier(hidden_units=[16, 8], feature_columns=columns, n_classes=3, "
+            "optimizer=npu_distributed_optimizer_wrapper(tf.train.AdagradOptimizer(learning_rate=0.05)))\n"
+            "# %%\n"
+            "classifier.train(input_fn=train_input_fn, max_steps=100)\n",
+            adapter="npu_bridge",
+        ),
+        # A string keeps its class and the learning rate the Estimator gives strings (0.2 for Linear),
+        # spelled from the module the Estimator comes from.
+        Example(
+            "import tensorflow as tf\n"
+            "model = tf.compat.v1.estimator.LinearRegressor(feature_columns=columns, optimizer='Adam')\n"
+            "model.train(input_fn=train_input_fn, steps=50)\n",
+            "from npu_bridge.npu_init import *\n"
+            "import tensorflow as tf\n"
+            "model = tf.compat.v1.estimator.LinearRegressor(feature_columns=columns, "
+            "optimizer=npu_distributed_optimizer_wrapper(tf.compat.v1.train.AdamOptimizer(learning_rate=0.2)))\n"
+            "model.train(input_fn=train_input_fn, steps=50)\n",
+        ),
+        # DNNLinearCombined: an optimizer per part built (0.001 for the DNN part); no linear columns, no
+        # linear optimizer.
+        Example(
+            "import tensorflow.compat.v1 as tf\n"
+            "model = tf.estimator.DNNLinearCombinedClassifier(dnn_feature_columns=deep, dnn_hidden_units=[32, 16])\n"
+            "model.train(input_fn=train_input_fn, steps=50)\n",
+            "from npu_bridge.npu_init import *\n"
+            "import tensorflow.compat.v1 as tf\n"
+            "model = tf.estimator.DNNLinearCombinedClassifier(dnn_feature_columns=deep, dnn_hidden_units=[32, 16], "
+            "dnn_optimizer=npu_distributed_optimizer_wrapper(tf.train.AdagradOptimizer(learning_rate=0.001)))\n"
+            "model.train(input_fn=train_input_fn, steps=50)\n",
+        ),
+        # Both parts: the linear one gets 0.005 (min(0.005, 1/sqrt(columns)) up to 40000 columns).
+        Example(
+            "import tensorflow as tf\n"
+            "model = tf.estimator.DNNLinearCombinedRegressor(model_dir, wide, 'Ftrl', deep, dnn_hidden_units=[8])\n"
+            "model.train(input_fn=train_input_fn, steps=50)\n",
+            "from npu_bridge.npu_init import *\n"
+            "import tensorflow as tf\n"
+            "model = tf.estimator.DNNLinearCombinedRegressor(model_dir, wide, "
+            "npu_distributed_optimizer_wrapper(tf.train.FtrlOptimizer(learning_rate=0.005)), deep, dnn_hidden_units=[8], "
+            "dnn_optimizer=npu_distributed_optimizer_wrapper(tf.train.AdagradOptimizer(learning_rate=0.001)))\n"
+            "model.train(input_fn=train_input_fn, steps=50)\n",
+        ),
+        # An optimizer object given to a canned Estimator, here from a callable: wrapped where it is created.
+        Example(
+            "import tensorflow.compat.v1 as tf\n"
+            "classifier = tf.estimator.DNNClassifier(\n"
+            "    hidden_units=[8], feature_columns=columns,\n"
+            "    optimizer=lambda: tf.train.ProximalAdagradOptimizer(learning_rate=0.1, "
+            "l1_regularization_strength=0.001))\n"
+            "classifier.train(input_fn=train_input_fn, steps=50)\n",
+            "from npu_bridge.npu_init import *\n"
+            "import tensorflow.compat.v1 as tf\n"
+            "classifier = tf.estimator.DNNClassifier(\n"
+            "    hidden_units=[8], feature_columns=columns,\n"
+            "    optimizer=lambda: npu_distributed_optimizer_wrapper(tf.train.ProximalAdagradOptimizer(learning_rate=0.1, "
+            "l1_regularization_strength=0.001)))\n"
+            "classifier.train(input_fn=train_input_fn, steps=50)\n",
+        ),
+        # An optimizer from a function of the notebook, given by name (the Estimator calls it): wrapped in it.
+        Example(
+            "import tensorflow.compat.v1 as tf\n"
+            "# %%\n"
+            "def make_optimizer():\n"
+            "    return tf.train.FtrlOptimizer(learning_rate=0.1, l1_regularization_strength=0.01)\n"
+            "# %%\n"
+            "model = tf.estimator.LinearClassifier(columns, optimizer=make_optimizer)\n"
+            "model.train(input_fn=train_input_fn, steps=50)\n",
+            "from npu_bridge.npu_init import *\n"
+            "import tensorflow.compat.v1 as tf\n"
+            "# %%\n"
+            "def make_optimizer():\n"
+            "    return npu_distributed_optimizer_wrapper(tf.train.FtrlOptimizer(learning_rate=0.1, "
+            "l1_regularization_strength=0.01))\n"
+            "# %%\n"
+            "model = tf.estimator.LinearClassifier(columns, optimizer=make_optimizer)\n"
+            "model.train(input_fn=train_input_fn, steps=50)\n",
+        ),
+        # A string the Estimator does not know (names are case-sensitive there): reported, not fixed.
+        Example(
+            "import tensorflow as tf\n"
+            "classifier = tf.estimator.DNNClassifier(hidden_units=[8], feature_columns=columns, optimizer='adam')\n"
+            "classifier.train(input_fn=train_input_fn, steps=50)\n",
+        ),
     ]
+
+    def prepare(self, context) -> None:
+        if _trains_only_boosted_trees(context):
+            context.mark("allreduce", "not-applicable", BOOSTED_TREES_REASON)
 
     def check(self, context) -> Iterable[Finding]:
         if context.steps["allreduce"] != "missing" or _horovod_optimizer(context):
@@ -226,6 +341,7 @@ class MissingAllreduce(Rule):
         findings: List[Finding] = list(self._set_is_distributed(context))
         if context.tf1:
             findings += self._wrap_tf1_optimizers(context)
+            findings += self._canned_estimator_optimizers(context)
         if "keras" in context.frameworks:
             findings += self._wrap_compiled_optimizers(context)
         if "custom-loop" in context.frameworks and not context.tf1:
@@ -266,6 +382,43 @@ class MissingAllreduce(Rule):
                 f"{TF1_WRAPPER} (all-reduce, mean) where it is created",
                 [_wrap_creation(cell, facts, site, TF1_WRAPPER, NEEDS_NPU_BRIDGE)],
             )
+
+    # -- TF1 canned Estimators: the optimizer they would build from a string, explicit and wrapped
+    def _canned_estimator_optimizers(self, context) -> Iterator[Finding]:
+        for cell, facts, site in context.facts.calls_to(*K.CANNED_ESTIMATOR_OPTIMIZERS):
+            for parameter in K.CANNED_ESTIMATOR_OPTIMIZERS[context.facts.resolve(site.dotted)]:
+                name, position, default, learning_rate, part = parameter
+                if part is not None and _is_none(site.argument(part[1], part[0])):
+                    continue  # that part of the model, and its optimizer, is not built
+                given = site.argument(position, name)
+                if given is None or _is_string(given):
+                    yield self._explicit_canned_optimizer(context, cell, facts, site, parameter, given)
+                elif not _reaches_tf1_optimizer(context, given):  # else _wrap_tf1_optimizers wraps it
+                    yield self.finding(
+                        cell, facts, given,
+                        f"gradients are not aggregated across ranks: wrap the optimizer given to {site.method} "
+                        f"with {TF1_WRAPPER} where it is created",
+                    )
+
+    def _explicit_canned_optimizer(self, context, cell, facts, site, parameter, given) -> Finding:
+        name, _, default, learning_rate, _ = parameter
+        string = default if given is None else given.value
+        class_name = K.CANNED_OPTIMIZER_STRINGS.get(string)
+        what = f"{site.method} builds its {name} from {string!r} (learning rate {learning_rate}) unwrapped"
+        if given is None:
+            what = f"{site.method} builds its default {name}, {string!r} (learning rate {learning_rate}), unwrapped"
+        message = f"gradients are not aggregated across ranks: {what}; pass it explicitly, wrapped with {TF1_WRAPPER}"
+        tensorflow = _tensorflow_of(context, site)
+        if class_name is None:
+            return self.finding(cell, facts, given or site.node, message + f" (unknown optimizer {string!r})")
+        if "compat.v2" in tensorflow:  # the v2 export takes Keras optimizers; the TF1 adapter's are v1
+            return self.finding(cell, facts, given or site.node, message + " (a tf.keras.optimizers.legacy one)")
+        code = f"{TF1_WRAPPER}({tensorflow}.train.{class_name}(learning_rate={learning_rate}))"
+        if given is None:
+            edit = add_argument(cell, facts, site.node, f"{name}={code}", [NEEDS_NPU_BRIDGE])
+        else:
+            edit = replace(cell, facts, given, code, [NEEDS_NPU_BRIDGE])
+        return self.finding(cell, facts, site.node if given is None else given, message, [edit])
 
     # -- Keras compile/fit: wrap the optimizer given to compile (resolving strings)
     def _wrap_compiled_optimizers(self, context) -> Iterator[Finding]:
@@ -323,6 +476,53 @@ class MissingAllreduce(Rule):
                 f"after tape.gradient ({reason})",
                 [edit],
             )
+
+
+def _trains_only_boosted_trees(context) -> bool:
+    """Every Estimator built is a boosted-trees one, and nothing else in the notebook takes a gradient step."""
+    if context.frameworks != ["estimator"] or any(context.facts.calls_to(*K.OPTIMIZERS)):
+        return False
+    if any(context.facts.calls("minimize", "apply_gradients", "compute_gradients")):
+        return False
+    built = [context.facts.resolve(site.dotted) for _, _, site in context.facts.calls_to(*K.ESTIMATORS)]
+    return bool(built) and all(name in K.BOOSTED_TREES_ESTIMATORS for name in built)
+
+
+def _reaches_tf1_optimizer(context, given: ast.expr) -> bool:
+    """Does the optimizer given to a canned Estimator come from a tf.train optimizer created in the
+    notebook (inline, in a lambda, bound to the name given, or in the function it names or calls)?"""
+    if _creates_tf1_optimizer(context, given):
+        return True
+    name = dotted_name(given.func if isinstance(given, ast.Call) else given)
+    if name is None:
+        return False
+    if any(_creates_tf1_optimizer(context, a.value) for _, _, a in context.facts.assignments(name)):
+        return True
+    function = context.facts.function(name)
+    return function is not None and _creates_tf1_optimizer(context, function[2])
+
+
+def _creates_tf1_optimizer(context, node: ast.AST) -> bool:
+    return any(
+        isinstance(child, ast.Call) and context.facts.resolve(dotted_name(child.func)) in K.TF1_OPTIMIZERS
+        for child in ast.walk(node)
+    )
+
+
+def _tensorflow_of(context, site: CallSite) -> str:
+    """The module the Estimator was spelled from (``tf``, ``tf.compat.v1``): its ``train`` has the v1
+    optimizers that the Estimator's v1 export accepts."""
+    if site.dotted and ".estimator." in site.dotted:
+        return site.dotted.rsplit(".estimator.", 1)[0]
+    return context.tf
+
+
+def _is_string(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and isinstance(node.value, str)
+
+
+def _is_none(node: Optional[ast.expr]) -> bool:
+    return node is None or (isinstance(node, ast.Constant) and node.value is None)
 
 
 def _ran_already(context, creation_cell: int, use_cell: int) -> bool:

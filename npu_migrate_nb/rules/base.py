@@ -226,6 +226,13 @@ def append_element(cell: int, facts: CellFacts, sequence: ast.expr, code: str, n
 # ---------------------------------------------------------------------------------- node helpers
 
 
+def standalone_code(facts: CellFacts, node: ast.AST) -> str:
+    """``node``'s source as an expression that stands in a new statement of its own: in parentheses
+    when it spans lines (inside its old statement, enclosing brackets may have carried the breaks)."""
+    text = facts.segment(node)
+    return f"({text})" if "\n" in text or "\r" in text else text
+
+
 def single_target(stmt: ast.stmt) -> Optional[str]:
     """``x`` for a statement ``x = value`` (one plain name target), else None."""
     if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):

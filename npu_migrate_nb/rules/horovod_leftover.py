@@ -55,6 +55,31 @@ class HorovodLeftover(Rule):
             "npu.distribute.broadcast(model.variables, root_rank=0)\n"
             "grads = npu.distribute.all_reduce(grads, reduction=\"sum\")\n",
         ),
+        # op=hvd.Sum kept (the vendor's tool drops it). TF2: the wrapper's reduce_reduction.
+        Example(
+            "import tensorflow as tf\n"
+            "import horovod.tensorflow.keras as hvd\n"
+            "opt = hvd.DistributedOptimizer(tf.keras.optimizers.SGD(0.01), op=hvd.Sum)\n",
+            "import tensorflow as tf\n"
+            "import npu_device as npu\n"
+            "npu.open().as_default()\n"
+            "opt = npu.distribute.npu_distributed_keras_optimizer_wrapper(tf.keras.optimizers.SGD(0.01), "
+            "reduce_reduction=\"sum\")\n",
+        ),
+        # TF1: the wrapper only averages (sum / N); the loss given to minimize N times larger makes it the sum.
+        Example(
+            "import tensorflow.compat.v1 as tf\n"
+            "import horovod.tensorflow as hvd\n"
+            "opt = hvd.DistributedOptimizer(tf.train.GradientDescentOptimizer(0.01), op=hvd.Sum)\n"
+            "# %%\n"
+            "train_op = opt.minimize(loss_a + loss_b, global_step=step)\n",
+            "from npu_bridge.npu_init import *\n"
+            "import tensorflow.compat.v1 as tf\n"
+            "import os\n"
+            "opt = npu_distributed_optimizer_wrapper(tf.train.GradientDescentOptimizer(0.01))\n"
+            "# %%\n"
+            "train_op = opt.minimize((loss_a + loss_b) * int(os.getenv('RANK_SIZE', '1')), global_step=step)\n",
+        ),
     ]
 
     def check(self, context) -> Iterable[Finding]:
@@ -75,6 +100,7 @@ class HorovodLeftover(Rule):
             edits = _replacement(context, cell, facts, site, name.split(".", 1)[1])
             what = f"hvd.{name.split('.', 1)[1]}"
             advice = "replaced by the adapter's equivalent" if edits else "no automatic replacement: port it by hand"
+            advice += _sum_kept(context, facts, site, name)
             yield self.finding(
                 cell, facts, site.node, f"Horovod call left in the script: {what} does not run on Ascend ({advice})",
                 edits or (),
@@ -105,12 +131,7 @@ def _replacement(context, cell, facts, site, api: str) -> Optional[List[Edit]]:
     if api == "local_rank":
         return [replace(cell, facts, site.node, "int(os.getenv('ASCEND_DEVICE_ID', '0'))", [NEEDS_OS])]
     if api == "DistributedOptimizer" and first is not None:
-        wrapper = (
-            "npu_distributed_optimizer_wrapper" if context.tf1
-            else f"{npu}.distribute.npu_distributed_keras_optimizer_wrapper"
-        )
-        needs = NEEDS_NPU_BRIDGE if context.tf1 else NEEDS_NPU_DEVICE
-        return [replace_with(cell, facts, site.node, wrapper + "({optimizer})", [needs], optimizer=first)]
+        return _distributed_optimizer(context, cell, facts, site, first)
     if api == "BroadcastGlobalVariablesHook":
         return [replace(cell, facts, site.node, K.BROADCAST_HOOK_EXPR, [NEEDS_NPU_BRIDGE, NEEDS_OS])]
     if api == "callbacks.BroadcastGlobalVariablesCallback":
@@ -128,10 +149,56 @@ def _replacement(context, cell, facts, site, api: str) -> Optional[List[Edit]]:
         code = f"{npu}.distribute.broadcast({', '.join(filter(None, [args, keywords]))})"
         return [replace(cell, facts, site.node, code, [NEEDS_NPU_DEVICE])]
     if api == "allreduce" and first is not None and not context.tf1:
-        op = site.keyword("op") or site.keyword("average")
-        reduction = "mean"
-        if op is not None and (facts.segment(op.value).endswith("Sum") or facts.segment(op.value) == "False"):
-            reduction = "sum"
+        reduction = "sum" if sums(facts, site) else "mean"
         code = f'{npu}.distribute.all_reduce({segment(first)}, reduction="{reduction}")'
         return [replace(cell, facts, site.node, code, [NEEDS_NPU_DEVICE])]
     return None
+
+
+def _sum_kept(context, facts, site, name: str) -> str:
+    if not sums(facts, site) or name not in ("horovod.DistributedOptimizer", "horovod.DistributedGradientTape"):
+        return ""
+    if name == "horovod.DistributedGradientTape":
+        return '; op=Sum kept: the all-reduce added after tape.gradient uses reduction="sum"'
+    if not context.tf1:
+        return '; op=Sum kept: reduce_reduction="sum"'
+    return ("; op=Sum kept: the TF1 wrapper only averages (sum / RANK_SIZE), so the loss given to minimize "
+            "is multiplied by RANK_SIZE, which makes that average the sum Horovod took")
+
+
+def sums(facts, site) -> bool:
+    """Does this Horovod call reduce with a sum (``op=hvd.Sum``, the old ``average=False``)?"""
+    op = site.keyword("op") or site.keyword("average")
+    return op is not None and (facts.segment(op.value).endswith("Sum") or facts.segment(op.value) == "False")
+
+
+def _distributed_optimizer(context, cell, facts, site, optimizer: ast.expr) -> Optional[List[Edit]]:
+    if not context.tf1:
+        reduction = ', reduce_reduction="sum"' if sums(facts, site) else ""
+        wrapper = f"{context.npu}.distribute.npu_distributed_keras_optimizer_wrapper({{optimizer}}{reduction})"
+        return [replace_with(cell, facts, site.node, wrapper, [NEEDS_NPU_DEVICE], optimizer=optimizer)]
+    edits = [replace_with(
+        cell, facts, site.node, "npu_distributed_optimizer_wrapper({optimizer})", [NEEDS_NPU_BRIDGE], optimizer=optimizer,
+    )]
+    if sums(facts, site):
+        # The TF1 wrapper only averages (sum / N): a loss N times larger makes that mean the sum Horovod took.
+        scaled = list(_losses_scaled_by_rank_size(context, site))
+        if not scaled:
+            return None
+        edits += scaled
+    return edits
+
+
+def _losses_scaled_by_rank_size(context, site) -> Iterator[Edit]:
+    """The loss given to ``opt.minimize``/``opt.compute_gradients``, ``opt`` the wrapped optimizer, times RANK_SIZE."""
+    name = single_target(site.stmt) if site.stmt.value is site.node else None
+    if name is None:
+        return
+    for cell, facts, call in context.facts.calls("minimize", "compute_gradients"):
+        loss = call.argument(0, "loss")
+        if call.receiver is None or facts.segment(call.receiver) != name or loss is None:
+            continue
+        if isinstance(loss, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)):
+            yield replace_with(cell, facts, loss, "{loss} * " + K.RANK_SIZE_EXPR, [NEEDS_OS], loss=loss)
+        else:  # the rewriter drops parentheses around a hole: spell them out in the text
+            yield replace(cell, facts, loss, f"({facts.segment(loss)}) * {K.RANK_SIZE_EXPR}", [NEEDS_OS])

@@ -23,6 +23,15 @@ def reduction_for(context: "Context", facts: CellFacts, gradient: CallSite) -> T
     """(reduction, reason) for the gradients of ``tape.gradient(loss, ...)``."""
     if context.options.reduction is not None:
         return context.options.reduction, f"{context.options.reduction} was chosen with --reduction"
+    horovod = _horovod_tape_reduction(context)
+    if horovod is not None:
+        return horovod
+    return reduction_from_the_loss(context, facts, gradient) or (
+        MEAN, "the loss is a per-rank mean (no division by the global batch size was found)")
+
+
+def reduction_from_the_loss(context: "Context", facts: CellFacts, gradient: CallSite) -> Optional[Tuple[str, str]]:
+    """(reduction, reason) when the loss (or the script's own ReduceOp) says which; None when nothing does."""
     loss = gradient.argument(0, "target")
     expression = _definition(facts, gradient, loss)
     verdict = _classify(context, facts, expression, depth=0) if expression is not None else None
@@ -30,7 +39,20 @@ def reduction_for(context: "Context", facts: CellFacts, gradient: CallSite) -> T
         return verdict
     if context.facts.uses_name("ReduceOp") and _script_reduces_with_sum(context):
         return SUM, "the script already reduces with ReduceOp.SUM"
-    return MEAN, "the loss is a per-rank mean (no division by the global batch size was found)"
+    return None
+
+
+def _horovod_tape_reduction(context: "Context") -> Optional[Tuple[str, str]]:
+    """Horovod says how it reduces (``op=hvd.Sum``, else an average): the all-reduce that replaces
+    its DistributedGradientTape keeps that, whatever the loss."""
+    from .horovod_leftover import sums
+
+    for _, facts, site in context.facts.calls("DistributedGradientTape"):
+        if context.facts.resolve(site.dotted).startswith("horovod."):
+            if sums(facts, site):
+                return SUM, "Horovod's DistributedGradientTape summed (op=Sum)"
+            return MEAN, "Horovod's DistributedGradientTape averaged"
+    return None
 
 
 def _script_reduces_with_sum(context: "Context") -> bool:

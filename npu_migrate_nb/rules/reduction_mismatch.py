@@ -9,7 +9,7 @@ from typing import Iterable, Iterator, Optional
 from ..facts import CallSite, receiver_name
 from ..findings import Finding
 from .base import Example, Rule, replace, single_target
-from .reduction import reduction_for
+from .reduction import SUM, reduction_for, reduction_from_the_loss
 
 
 class ReductionMismatch(Rule):
@@ -100,8 +100,10 @@ class ReductionMismatch(Rule):
                 break
 
     def _mismatch(self, context, cell, facts, site, g_facts, gradient, what, api) -> Iterator[Finding]:
-        wanted, reason = reduction_for(context, g_facts, gradient)
         given = _given_reduction(site, api)
+        if context.options.reduction is None and given == SUM and reduction_from_the_loss(context, g_facts, gradient) is None:
+            return  # a sum chosen on purpose (Horovod's op=Sum kept) with nothing in the loss against it
+        wanted, reason = reduction_for(context, g_facts, gradient)
         if given is None or given == wanted:
             return
         keyword = site.keyword(api.keyword)

@@ -8,16 +8,19 @@ from typing import Iterable, Iterator, List, Optional
 from .. import knowledge as K
 from ..facts import CallSite, CellFacts, chain_root_name, receiver_name
 from ..findings import NEEDS_NPU_DEVICE, NEEDS_OS, Edit, Finding
+from ..ranks import rank_free_shards
 from .base import (
     Example,
     Rule,
     add_argument,
     insert_after,
     insert_before,
+    standalone_code,
     replace,
     replace_with,
     single_target,
 )
+from .tf_distribute import dataset_functions_owned
 
 RANK_BATCH = "rank_batch_size"
 
@@ -39,6 +42,28 @@ class MissingShard(Rule):
     ]
 
     INVALID = [
+        # A shard that takes the same part on every rank: its arguments become the rank's.
+        Example(
+            "import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\n"
+            "train = tf.data.Dataset.from_tensor_slices((x, y)).shard(2, 0).shuffle(100, seed=1).batch(64)\n"
+            "model.compile(optimizer='sgd', loss='mse')\nmodel.fit(train)\n",
+            "import tensorflow as tf\nimport os\nimport npu_device as npu\nnpu.open().as_default()\n"
+            "train = tf.data.Dataset.from_tensor_slices((x, y)).shard(int(os.getenv('RANK_SIZE', '1')), "
+            "int(os.getenv('RANK_ID', '0'))).shuffle(100, seed=1).batch(64 // int(os.getenv('RANK_SIZE', '1')))\n"
+            "model.compile(optimizer='sgd', loss='mse')\nmodel.fit(train)\n",
+        ),
+        # A chain that breaks lines inside its parentheses (tensorflow.org's NMT tutorial): the source
+        # moved to a statement of its own keeps parentheses around it.
+        Example(
+            "import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\n"
+            "train = (\n    tf.data.Dataset\n    .from_tensor_slices((x, y))\n    .shuffle(100, seed=1)\n    .batch(64))\n"
+            "model.compile(optimizer='sgd', loss='mse')\nmodel.fit(train)\n",
+            "import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\n"
+            "train = (tf.data.Dataset\n    .from_tensor_slices((x, y)))\n"
+            "train, rank_batch_size = npu.distribute.shard_and_rebatch_dataset(train, 64)\n"
+            "train = (\n    train\n    .shuffle(100, seed=1)\n    .batch(rank_batch_size))\n"
+            "model.compile(optimizer='sgd', loss='mse')\nmodel.fit(train)\n",
+        ),
         # TF1 (Estimator): shard right after the source, before shuffle and batch; split the batch.
         Example(
             "import tensorflow as tf\n"
@@ -145,7 +170,10 @@ class MissingShard(Rule):
         if context.steps["shard"] != "missing":
             return []
         findings: List[Finding] = []
+        owned = dataset_functions_owned(context)
         for cell, facts, site in context.facts.calls_to(*K.DATASET_SOURCES):
+            if site.function in owned:
+                continue  # tf-distribute-leftover turns its InputContext shard into the rank's
             if site.argument_of is not None and context.facts.resolve(site.argument_of.dotted) in K.DATASET_SOURCES:
                 continue  # Dataset.zip((a, b)): shard the zip, not each part
             if _for_evaluation(facts, site):
@@ -156,17 +184,20 @@ class MissingShard(Rule):
                 findings.append(self._shard_batched_source(context, cell, facts, site))
         if "keras" in context.frameworks:
             findings += self._shard_arrays(context)
-        return findings or self.unlocated(
+        return findings or ([] if owned else self.unlocated(
             context, "every rank reads the same data, and no tf.data pipeline or input arrays were recognized "
             "to shard: each rank must read its own slice (a dataset's .shard(RANK_SIZE, RANK_ID), arrays' "
             "x[rank_id::rank_size], a Sequence's __getitem__) with the global batch split across ranks"
-        )
+        ))
 
     # -- tf.data pipelines
     def _shard_pipeline(self, context, cell, facts: CellFacts, source: CallSite) -> Finding:
         batch = _batch_of(facts, source)
         if context.facts.imports_module("horovod"):
             batch = None  # Horovod's batch is per rank already: shard, keep the batch (and its step counts)
+        same_on_every_rank = _rank_free_shard_in(context, source)
+        if same_on_every_rank is not None:
+            return self._shard_by_rank(context, cell, facts, same_on_every_rank, batch)
         edits = None
         if not context.tf1 and batch is not None:
             edits = _shard_and_rebatch(context, cell, facts, source, batch)
@@ -180,6 +211,24 @@ class MissingShard(Rule):
         return self.finding(
             cell, facts, source.node,
             f"every rank reads the same data: {how}{split}", edits,
+        )
+
+    def _shard_by_rank(self, context, cell, facts: CellFacts, shard: CallSite, batch: Optional[CallSite]) -> Finding:
+        """``.shard(2, 0)`` splits alike on every rank: its arguments become the rank's (as the
+        vendor's TF1 tool rewrites them), rather than a second shard in front of it."""
+        count, index = shard.argument(0, "num_shards"), shard.argument(1, "index")
+        edits = [replace(cell, facts, count, K.RANK_SIZE_EXPR, [NEEDS_OS]),
+                 replace(cell, facts, index, K.RANK_ID_EXPR, [NEEDS_OS])]
+        size = _batch_argument(batch) if batch is not None else None
+        if size is not None:
+            edits.append(_divided(cell, facts, size, K.RANK_SIZE_EXPR, [NEEDS_OS]))
+            context.shard_fix_splits_batch = True
+        split = ", and split the global batch across ranks" if size is not None else ""
+        return self.finding(
+            cell, facts, shard.node,
+            "every rank reads the same data: this "
+            f".shard({facts.segment(count)}, {facts.segment(index)}) takes the same part on every rank: "
+            f"shard by RANK_SIZE and RANK_ID{split}", edits,
         )
 
     # -- Keras utilities that batch (and shuffle) by themselves
@@ -270,6 +319,12 @@ def _batch_of(facts: CellFacts, source: CallSite) -> Optional[CallSite]:
 
 
 
+def _rank_free_shard_in(context, source: CallSite) -> Optional[CallSite]:
+    """A ``.shard(count, index)`` in the source's chain whose index is known not to be a rank value."""
+    rank_free = {id(use.node) for use in rank_free_shards(context.facts)}
+    return next((site for site in source.chain()[1:] if site.method == "shard" and id(site.node) in rank_free), None)
+
+
 def _batch_argument(batch: CallSite) -> Optional[ast.expr]:
     return batch.argument(0, "batch_size")
 
@@ -310,7 +365,7 @@ def _shard_and_rebatch(context, cell, facts: CellFacts, source: CallSite, batch:
     if top is source and variable is not None:
         edits.append(insert_after(cell, facts, stmt, rebatch, needs))
     else:
-        first = f"{dataset} = {facts.segment(source.node)}"
+        first = f"{dataset} = {standalone_code(facts, source.node)}"
         edits.append(insert_before(cell, facts, stmt, f"{first}\n{rebatch}", needs))
         edits.append(replace(cell, facts, source.node, dataset, needs))
     return edits
