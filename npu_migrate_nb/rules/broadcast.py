@@ -257,7 +257,7 @@ class MissingBroadcast(Rule):
                 continue
             if context.tf1:
                 yield self._tf1_callback(cell, facts, site)
-            elif model_is_built_before_fit(context, model):
+            elif model_is_built_before_fit(context, model, site, cell):
                 code = f"{context.npu}.distribute.broadcast({model}.trainable_variables)"
                 yield self.finding(
                     cell, facts, site.node,
@@ -346,8 +346,39 @@ def first_batch_broadcast(context, model: str) -> str:
 
 
 
-def model_is_built_before_fit(context, model: str) -> bool:
-    return _statement_that_builds(context, model) is not None
+def model_is_built_before_fit(context, model: str, fit: CallSite, cell: int) -> bool:
+    return model_built_at(context, model, cell, fit.node.lineno) is True
+
+
+# Keras methods after which a model's variables exist.
+_BUILDING_METHODS = ("build", "fit", "predict", "evaluate", "train_on_batch", "test_on_batch", "predict_on_batch")
+
+
+def model_built_at(context, model: str, cell: int, line: int) -> Optional[bool]:
+    """Do ``model``'s variables exist at (cell, line)? The model is the last module-level assignment
+    of ``model`` before that place: built if its constructor builds it, or if it is built, trained or
+    called between that assignment and the place; None when no assignment of ``model`` is seen."""
+    created = None
+    for c, _, assignment in context.facts.assignments(model):
+        if assignment.function is None and (c, assignment.stmt.lineno) < (cell, line):
+            created = (c, assignment)
+    if created is None:
+        return None
+    c, assignment = created
+    value = assignment.value
+    if isinstance(value, ast.Call) and (
+        model_is_built_by(context, value) or _helper_returns_built_model(context, value)
+    ):
+        return True
+    after_creation = (c, assignment.stmt.end_lineno)
+    for method in _BUILDING_METHODS:
+        for c2, _, call in context.facts.calls(method):
+            if call.dotted == f"{model}.{method}" and after_creation < (c2, call.node.lineno) < (cell, line):
+                return True
+    for c2, _, call in context.facts.calls(model.rsplit(".", 1)[-1]):
+        if call.dotted == model and after_creation < (c2, call.node.lineno) < (cell, line):
+            return True
+    return False
 
 
 def _is_variable_initialization(context, node: ast.AST) -> bool:

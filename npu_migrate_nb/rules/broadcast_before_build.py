@@ -8,7 +8,7 @@ from typing import Iterable, Iterator
 from ..facts import dotted_name
 from ..findings import Finding
 from .base import Example, Rule
-from .broadcast import model_is_built_by
+from .broadcast import model_built_at
 
 
 class BroadcastBeforeBuild(Rule):
@@ -63,27 +63,11 @@ class BroadcastBeforeBuild(Rule):
 
 
 def _unbuilt_at(context, model: str, cell: int, line: int) -> bool:
-    """Is ``model`` created, but not built, before (cell, line)?"""
-    created = None
-    for c, _, assignment in context.facts.assignments(model):
-        if assignment.function is None and (c, assignment.stmt.lineno) < (cell, line):
-            created = (c, assignment)
-    if created is None:
+    """Is ``model`` a Keras model created, but not built, before (cell, line)?"""
+    if model_built_at(context, model, cell, line) is not False:
         return False
-    c, assignment = created
-    value = assignment.value
-    if not isinstance(value, ast.Call) or model_is_built_by(context, value):
-        return False
-    if not _is_keras_model(context, value):
-        return False
-    for method in ("build", "fit", "predict", "evaluate", "__call__"):
-        for c2, _, call in context.facts.calls(method):
-            if call.dotted == f"{model}.{method}" and (c, assignment.stmt.lineno) < (c2, call.node.lineno) < (cell, line):
-                return False
-    for c2, _, call in context.facts.calls(model.rsplit(".", 1)[-1]):
-        if call.dotted == model and (c, assignment.stmt.lineno) < (c2, call.node.lineno) < (cell, line):
-            return False
-    return True
+    created = [a for c, _, a in context.facts.assignments(model) if a.function is None and (c, a.stmt.lineno) < (cell, line)]
+    return isinstance(created[-1].value, ast.Call) and _is_keras_model(context, created[-1].value)
 
 
 def _is_keras_model(context, call: ast.Call) -> bool:

@@ -18,6 +18,11 @@ class ShardAfterBatch(Rule):
 
     VALID = [
         "import os\nds = ds.shard(int(os.getenv('RANK_SIZE', '1')), int(os.getenv('RANK_ID', '0'))).batch(64)\n",
+        # Windows batched inside flat_map are elements, not batches; the last assignment is unbatched.
+        "import npu_device as npu\n"
+        "ds = ds.window(8, shift=1, drop_remainder=True)\nds = ds.flat_map(lambda w: w.batch(8))\n"
+        "ds = tf.data.Dataset.zip((ds.take(10), ds.skip(1).take(10)))\n"
+        "ds, bs = npu.distribute.shard_and_rebatch_dataset(ds, 8)\n",
     ]
     INVALID = [
         Example(
@@ -74,26 +79,19 @@ class ShardAfterBatch(Rule):
                 [replace(cell, facts, site.node, fixed)],
             )
 
-    def _rebatched_after_batch(self, context) -> Iterator[Finding]:  # noqa: C901
+    def _rebatched_after_batch(self, context) -> Iterator[Finding]:
         for cell, facts, site in context.facts.calls_to(K.SHARD_AND_REBATCH):
             dataset = site.argument(0, "dataset")
             if not isinstance(dataset, ast.Name):
                 continue
-            for batch in facts.calls_by_method.get("batch", ()):
-                stmt = batch.stmt
-                if (
-                    batch.function == site.function
-                    and stmt.lineno < site.node.lineno
-                    and isinstance(stmt, ast.Assign)
-                    and any(isinstance(t, ast.Name) and t.id == dataset.id for t in stmt.targets)
-                ):
-                    yield self.finding(
-                        cell, facts, site.node,
-                        f"shard_and_rebatch_dataset is given {dataset.id} after it was batched "
-                        f"(cell line {stmt.lineno}): call it on the unbatched dataset, then batch with "
-                        "the per-rank size it returns",
-                    )
-                    break
+            stmt = _batched_before(facts, dataset.id, site)
+            if stmt is not None:
+                yield self.finding(
+                    cell, facts, site.node,
+                    f"shard_and_rebatch_dataset is given {dataset.id} after it was batched "
+                    f"(cell line {stmt.lineno}): call it on the unbatched dataset, then batch with "
+                    "the per-rank size it returns",
+                )
 
 
 def _has_batch(node) -> bool:

@@ -127,7 +127,7 @@ def broadcast_instead_of_callback(context, cell, facts, site):
     if fit is None:
         return []
     model = receiver_name(fit)
-    if not model_is_built_before_fit(context, model):
+    if not model_is_built_before_fit(context, model, fit, cell):
         return [replace(cell, facts, site.node, first_batch_broadcast(context, model), [NEEDS_NPU_DEVICE])]
     parent = _list_holding(site)
     if parent is not None:
@@ -155,7 +155,7 @@ def broadcast_instead_of_append(context, cell, facts, site):
     model = receiver_name(fit)
     given = site.argument(0, "callbacks_list")
     kept = facts.segment(given) if given is not None else None
-    if not model_is_built_before_fit(context, model):
+    if not model_is_built_before_fit(context, model, fit, cell):
         callback = first_batch_broadcast(context, model)
         code = f"[*{kept}, {callback}]" if kept else f"[{callback}]"
         return [replace(cell, facts, site.node, code, [NEEDS_NPU_DEVICE])]
