@@ -575,6 +575,8 @@ def model_is_built_by(context, call: ast.Call) -> bool:
     name = context.facts.resolve(dotted_name(call.func))
     if name in K.KERAS_BUILT_MODELS or name.startswith("tensorflow.keras.applications."):
         return True
+    if isinstance(call.func, ast.Name) and _subclass_built_in_init(context, call.func.id):
+        return True
     if name in K.KERAS_SEQUENTIAL and call.args and isinstance(call.args[0], ast.List) and call.args[0].elts:
         first = call.args[0].elts[0]
         if isinstance(first, ast.Call):
@@ -582,6 +584,35 @@ def model_is_built_by(context, call: ast.Call) -> bool:
                 return True
             return context.facts.resolve(dotted_name(first.func)) in K.KERAS_INPUT_LAYERS
     return False
+
+
+def _subclass_built_in_init(context, class_name: str) -> bool:
+    """A notebook's Keras model class whose ``__init__`` makes only built models (``self.encoder =
+    tf.keras.Sequential([InputLayer(...), ...])``, as tensorflow.org's VAE): built at construction."""
+    for _, facts in context.facts.cells_mentioning(class_name):
+        cls = facts.classes.get(class_name)
+        if cls is None:
+            continue
+        init = next((f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)
+        if init is None:
+            return False
+        built_parts = 0
+        for node in ast.walk(init):
+            if not (isinstance(node, ast.Assign) and any(_is_self_attribute(t) for t in node.targets)):
+                continue
+            if isinstance(node.value, ast.Call) and model_is_built_by(context, node.value):
+                built_parts += 1
+            elif any(
+                isinstance(part, ast.Call) and context.facts.resolve(dotted_name(part.func)).startswith("tensorflow.keras.")
+                for part in ast.walk(node.value)
+            ):
+                return False  # a layer or model that is built on its first call
+        return built_parts > 0
+    return False
+
+
+def _is_self_attribute(target: ast.expr) -> bool:
+    return isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self"
 
 
 def _helper_returns_built_model(context, call: ast.Call) -> bool:

@@ -20,6 +20,11 @@ class BroadcastBeforeBuild(Rule):
         "import tensorflow as tf\nimport npu_device as npu\n"
         "model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(4,))])\n"
         "npu.distribute.broadcast(model.trainable_variables)\n",
+        # A subclass whose __init__ makes only built models (tensorflow.org's VAE).
+        "import tensorflow as tf\nimport npu_device as npu\n"
+        "class VAE(tf.keras.Model):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.encoder = tf.keras.Sequential([tf.keras.layers.InputLayer(input_shape=(4,)), tf.keras.layers.Dense(2)])\n"
+        "model = VAE()\nnpu.distribute.broadcast(model.trainable_variables)\n",
         "import tensorflow as tf\nimport npu_device as npu\n"
         "class Net(tf.keras.Model):\n    pass\n"
         "model = Net()\nmodel.build((None, 4))\n"
@@ -33,6 +38,14 @@ class BroadcastBeforeBuild(Rule):
             "# %%\n"
             "model = Net()\n"
             "npu.distribute.broadcast(model.trainable_variables)\n"
+        ),
+        # A subclass that also makes a layer of its own: built on first call.
+        Example(
+            "import tensorflow as tf\nimport npu_device as npu\n"
+            "class VAE(tf.keras.Model):\n    def __init__(self):\n        super().__init__()\n"
+            "        self.encoder = tf.keras.Sequential([tf.keras.layers.InputLayer(input_shape=(4,)), tf.keras.layers.Dense(2)])\n"
+            "        self.head = tf.keras.layers.Dense(1)\n"
+            "model = VAE()\nnpu.distribute.broadcast(model.trainable_variables)\n"
         ),
         # Sequential without an input shape: built on first call.
         Example(
