@@ -11,6 +11,8 @@ this rank is waiting in, and one that tells it where training is (``rank-{rank}.
 from __future__ import annotations
 
 import faulthandler
+import functools
+import inspect
 import json
 import os
 import random
@@ -187,6 +189,168 @@ def leave_data_autotuning_off_by_default() -> None:
 
     _apply_debug_options._npu_sim = True
     dataset_class._apply_debug_options = _apply_debug_options
+
+
+# ------------------------------------------------------------ randomness held fixed (comparison)
+
+# While the single-card comparison runs (never during the main run, whose checks see the notebook
+# as it is): None, or the shuffle sites to pass through (None in it: "every shuffle after a shard").
+_comparison: Optional[dict] = None
+
+
+def hold_randomness_fixed(on: bool, shuffle_sites: Optional[list] = None) -> None:
+    """Make training reproducible across the N-rank run and the single-card run of the comparison.
+
+    * A shuffle that comes after a shard reorders only the rank's own samples: it is passed through
+      (the dataset is returned unshuffled), so that rank r reads rows r, r+N, ... and the ranks'
+      batches together are one card's batches. Shuffles before the shard decide which samples a rank
+      owns: they are never touched. On one card (``shuffle_sites`` given) the shard may be gone
+      (``shard_and_rebatch_dataset`` does not shard one worker): the shuffles passed through are
+      those at the sites the ranks passed through (cell, function, line).
+    * Keras ``fit(arrays, shuffle=True)`` reads the arrays in order.
+    * Training-mode randomness (Keras Dropout, noise, recurrent dropout, random augmentation layers,
+      ``tf.nn.dropout``) behaves as at inference: a dropout mask drawn for B rows on one card cannot
+      be split into the masks N ranks draw for B/N rows each, whatever the seeds.
+    Each thing held fixed is recorded by the probes ("held" records), once per site or layer class.
+    """
+    global _comparison
+    if not on:
+        _comparison = None
+        return
+    _install_holds()
+    _comparison = {"shuffle_sites": None if shuffle_sites is None else {tuple(site) for site in shuffle_sites},
+                   "reported": set()}
+
+
+def _report_held(key, what: str, **fields) -> None:
+    if key in _comparison["reported"]:
+        return
+    _comparison["reported"].add(key)
+    from . import probes
+
+    probes.record_held_fixed(what, **fields)
+
+
+def _install_holds() -> None:
+    import tensorflow as tf
+
+    from tensorflow.python.data.ops import dataset_ops
+
+    _patch_once(dataset_ops.DatasetV2, "shuffle", _hold_shuffle)
+    _patch_once(tf.keras.Model, "fit", _hold_fit_shuffle)
+    for nn in _nn_modules(tf):
+        _patch_once(nn, "dropout", _hold_dropout_function)
+    try:
+        from keras.src.engine.base_layer import BaseRandomLayer
+    except ImportError:  # another Keras: its random layers keep their training behaviour
+        return
+    if "__call__" not in BaseRandomLayer.__dict__:
+        BaseRandomLayer.__call__ = _held_random_layer_call(BaseRandomLayer)
+
+
+def _nn_modules(tf) -> list:
+    """tf.nn as the notebook may reach it (TF1 mode: ``tensorflow`` is tf.compat.v1)."""
+    modules = []
+    for path in ("nn", "compat.v1.nn", "compat.v2.nn"):
+        try:
+            modules.append(functools.reduce(getattr, path.split("."), tf))
+        except AttributeError:
+            continue
+    return modules
+
+
+def _patch_once(owner, name: str, wrap) -> None:
+    original = getattr(owner, name, None)
+    if original is None or getattr(original, "_npu_held", False):
+        return
+    wrapper = wrap(original)
+    wrapper._npu_held = True
+    setattr(owner, name, wrapper)
+
+
+def _user_site() -> tuple:
+    """(cell, function, line) of the innermost frame of the notebook's own code."""
+    from . import probes
+
+    frame = sys._getframe(2)
+    while frame is not None and _is_library_file(frame.f_code.co_filename):
+        frame = frame.f_back
+    if frame is None:
+        return (probes.current_cell(), "?", 0)
+    return (probes.current_cell(), frame.f_code.co_name, frame.f_lineno)
+
+
+_LIBRARY_DIRS = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep,
+                 os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep)
+
+
+def _is_library_file(filename: str) -> bool:
+    return any(part in filename for part in _LIBRARY_DIRS) or filename.startswith("<frozen")
+
+
+def _hold_shuffle(original):
+    def shuffle(self, *args, **kwargs):
+        if _comparison is not None:
+            site = _user_site()
+            sites = _comparison["shuffle_sites"]
+            if site in sites if sites is not None else _after_a_shard(self):
+                _report_held(("shuffle",) + site, "shuffle", site=list(site))
+                return self
+        return original(self, *args, **kwargs)
+
+    return functools.wraps(original)(shuffle)
+
+
+def _after_a_shard(dataset) -> bool:
+    from . import probes
+
+    return bool(probes._dataset_is_sharded(dataset))
+
+
+def _hold_fit_shuffle(original):
+    signature = inspect.signature(original)
+
+    def fit(self, *args, **kwargs):
+        if _comparison is None:
+            return original(self, *args, **kwargs)
+        bound = signature.bind(self, *args, **kwargs)
+        x = bound.arguments.get("x")
+        if bound.arguments.get("shuffle", True) and _is_array_input(x):
+            bound.arguments["shuffle"] = False
+            _report_held(("fit shuffle",), "fit shuffle")
+        return original(*bound.args, **bound.kwargs)
+
+    return functools.wraps(original)(fit)
+
+
+def _is_array_input(x) -> bool:
+    import tensorflow as tf
+    from tensorflow.python.data.ops import dataset_ops
+
+    return not (x is None or inspect.isgenerator(x) or isinstance(x, (dataset_ops.DatasetV2, tf.keras.utils.Sequence)))
+
+
+def _hold_dropout_function(original):
+    def dropout(x, *args, **kwargs):
+        if _comparison is None:
+            return original(x, *args, **kwargs)
+        _report_held(("tf.nn.dropout",), "random layer", layer="tf.nn.dropout")
+        return x
+
+    return functools.wraps(original)(dropout)
+
+
+def _held_random_layer_call(base):
+    def __call__(self, *args, **kwargs):
+        spec = getattr(self, "_call_spec", None)
+        if _comparison is not None and spec is not None and spec.expects_training_arg and args:
+            args, kwargs = spec.set_arg_value("training", False, args, kwargs, inputs_in_args=True)
+            name = type(self).__name__
+            _report_held(("layer", name), "random layer", layer=name)
+        return super(base, self).__call__(*args, **kwargs)
+
+    __call__._npu_held = True
+    return __call__
 
 
 def enter_tf1_mode() -> None:

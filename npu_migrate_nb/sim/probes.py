@@ -71,6 +71,10 @@ def end_cell() -> List[dict]:
     return take_records()
 
 
+def current_cell() -> Optional[int]:
+    return _cell
+
+
 def take_records() -> List[dict]:
     taken = list(_records)
     _records.clear()
@@ -143,6 +147,13 @@ def record_weights(moment: str, source: str, names: List[str], arrays: List[np.n
         count=len(arrays),
         **extra,
     )
+
+
+def record_held_fixed(what: str, **fields) -> None:
+    """Something the single-card comparison held fixed in this run (see
+    :func:`.engine.hold_randomness_fixed`): "shuffle" (``site``: [cell, function, line]), "fit
+    shuffle", "random layer" (``layer``: its class)."""
+    _record("held", "comparison", what=what, **fields)
 
 
 # Batches larger than this are not split into per-row digests.
@@ -522,7 +533,7 @@ def _make_fit_callback(model):
             self.detach()
             self.finish_progress()
             if self._started:
-                _record_model_weights("end", model)
+                _record_model_weights("end", model, steps=_read_counter(getattr(model, "_train_counter", None)))
 
     return ProbeCallback()
 
@@ -640,11 +651,11 @@ def _make_estimator_hook(input_fn_box: dict, steps: Optional[int] = None, max_st
         def end(self, session):
             self.finish_progress()
             if self._started:
-                self._record("end", session)
+                self._record("end", session, steps=self.steps_done)
 
-        def _record(self, moment, session):
+        def _record(self, moment, session, **extra):
             values = session.run(self._variables)
-            record_weights(moment, "estimator", [v.name for v in self._variables], values)
+            record_weights(moment, "estimator", [v.name for v in self._variables], values, **extra)
 
     return ProbeHook()
 
@@ -741,6 +752,8 @@ class _LoopTracker:
         self._dirty = False
         self._step_counter = None  # TF2 functions: a variable counting every optimizer step
         self._steps_at_last_end = 0
+        self._uncounted_steps = 0  # steps seen by on_step that the counter does not count
+        self._steps_recorded = 0  # steps up to the last end record
 
     def forget(self):
         counter = self._step_counter
@@ -765,11 +778,13 @@ class _LoopTracker:
         moved, self._steps_at_last_end = steps != self._steps_at_last_end, steps
         return moved
 
-    def on_step(self, variables, arrays) -> None:
+    def on_step(self, variables, arrays, counted: bool = False) -> None:
         """Called before every update; the first call is the start of training, the second one
-        sees the first update's result ("step1": how large one update was)."""
+        sees the first update's result ("step1": how large one update was). ``counted``: the step
+        is also counted by the TF2 functions' step counter."""
         self._dirty = True
         self._steps += 1
+        self._uncounted_steps += 0 if counted else 1
         if not self._started:
             self._started = True
             record_weights("start", "optimizer step", [v.name for v in variables], arrays)
@@ -788,7 +803,10 @@ class _LoopTracker:
             arrays = [v.numpy() for v in variables]
         except Exception:  # graph-mode variables: the values read before the last update
             arrays = self._latest_arrays
-        record_weights("end", "optimizer step", [v.name for v in variables], arrays)
+        total = self._uncounted_steps + self._steps_at_last_end  # the counter, as just read
+        record_weights("end", "optimizer step", [v.name for v in variables], arrays,
+                       steps=total - self._steps_recorded)
+        self._steps_recorded = total
 
 
 _loop_tracker = _LoopTracker()
@@ -807,15 +825,17 @@ def _wrap_apply_gradients(original):
             _loop_tracker.on_step(variables, [v.numpy() for v in variables])
             return original(self, grads_and_vars, *args, **kwargs)
 
+        eager_outside = tf.compat.v1.executing_eagerly_outside_functions()
+
         def observe(*arrays):
-            _loop_tracker.on_step(variables, list(arrays))
+            _loop_tracker.on_step(variables, list(arrays), counted=eager_outside)
             return np.int32(0)
 
         def read_and_observe():
             reads = [tf.identity(v) for v in variables]
             return tf.numpy_function(observe, reads, tf.int32, stateful=True, name="npu_sim_probe")
 
-        if not tf.compat.v1.executing_eagerly_outside_functions():
+        if not eager_outside:
             # TF1 graph: the variables cannot be read after the session, so every step is observed
             probe = read_and_observe()
         else:

@@ -171,18 +171,30 @@ class Runner:
                 failed = cell.index
         return outcomes
 
-    def compare_single_card(self, notebook: Notebook, result: Optional[RunResult] = None) -> checks_module.Check:
-        """Run ``notebook`` on one rank (RANK_SIZE=1, seeded like rank 0, so it starts from rank 0's
-        initial weights) and compare its training with this cluster's."""
+    def compare_single_card(self, notebook: Notebook, result: Optional[RunResult] = None,
+                            stop_ranks: bool = False) -> checks_module.Check:
+        """Run ``notebook`` again on these ranks, then on one rank (RANK_SIZE=1, seeded like rank 0,
+        so it starts from rank 0's initial weights), both with the randomness that would make them
+        read or drop different rows held fixed (:func:`.engine.hold_randomness_fixed`), and compare
+        their training. The main run (``result``) and its checks saw the notebook as it is.
+        ``stop_ranks``: stop this cluster before the single-card run (its cores go to that run)."""
         name = checks_module.SINGLE_CARD
         if self.cluster.n < 2:
             return checks_module.Check(name, checks_module.NOT_OBSERVED, "one rank: nothing to compare")
         if result is not None and not result.cells_ok:
             return checks_module.Check(name, checks_module.NOT_OBSERVED,
                                        f"not run: the {self.cluster.n}-rank run did not complete")
-        print("single-card run for comparison (1 rank, seeded like rank 0)...", file=self.errors)
+        print(f"single-card comparison: the notebook again on {self.cluster.n} ranks, then on 1 rank seeded like "
+              "rank 0, shuffles after the shard and training-mode randomness held fixed...", file=self.errors)
         self.errors.flush()
-        captured = io.StringIO()
+        try:
+            ranks_records, failure = _run_held_fixed(self.cluster, notebook, self.timeout, self.errors,
+                                                     f"[{self.cluster.n} ranks, comparison] ")
+        finally:
+            if stop_ranks:
+                self.cluster.stop()
+        if failure is not None:
+            return failure
         single = Cluster(n=1, tf1=self.cluster.tf1, seed=self.cluster.seed,
                          startup_timeout=self.cluster.startup_timeout)
         try:
@@ -191,17 +203,13 @@ class Runner:
             except ClusterError as error:
                 return checks_module.Check(name, checks_module.NOT_OBSERVED,
                                            f"the single-card run could not start: {error}")
-            reference = Runner(single, timeout=self.timeout, echo=captured, errors=captured)
-            reference_result = reference.run_notebook(notebook)
+            single_records, failure = _run_held_fixed(single, notebook, self.timeout, self.errors, "[single card] ",
+                                                      shuffle_sites=_held_shuffle_sites(ranks_records))
         finally:
             single.stop()
-        failed = [cell for cell in reference_result.cells if cell.status in ("error", "timeout")]
-        if failed:
-            self.errors.write(prefix_lines(captured.getvalue(), "[single card] "))
-            return checks_module.Check(name, checks_module.NOT_OBSERVED,
-                                       f"the single-card run failed at cell {failed[0].cell} ({failed[0].status})",
-                                       failed[0].cell)
-        return checks_module.check_single_card(self.records, self.cluster.n, reference.records.get(0, []))
+        if failure is not None:
+            return failure
+        return checks_module.check_single_card(ranks_records, self.cluster.n, single_records.get(0, []))
 
     def evaluate_checks(self) -> Dict[str, checks_module.Check]:
         return checks_module.evaluate(self.records, self.cluster.n)
@@ -523,6 +531,36 @@ class _ProgressFiles:
         return changed
 
 
+def _run_held_fixed(cluster: Cluster, notebook: Notebook, timeout: float, errors: TextIO, label: str,
+                    shuffle_sites: Optional[list] = None):
+    """(records by rank, None), or (None, a not-observed Check) when a cell failed. The ranks'
+    output is shown (prefixed with ``label``) only then."""
+    from . import engine
+
+    captured = io.StringIO()
+    cluster.view.apply_sync(engine.hold_randomness_fixed, True, shuffle_sites)
+    runner = Runner(cluster, timeout=timeout, echo=captured, errors=captured)
+    try:
+        outcome = runner.run_notebook(notebook)
+    finally:
+        if runner.stopped_after is None:
+            cluster.view.apply_sync(engine.hold_randomness_fixed, False)
+    failed = [cell for cell in outcome.cells if cell.status in ("error", "timeout")]
+    if not failed:
+        return runner.records, None
+    errors.write(prefix_lines(captured.getvalue(), label))
+    where = "the single-card run" if cluster.n == 1 else f"the {cluster.n}-rank comparison run"
+    return None, checks_module.Check(checks_module.SINGLE_CARD, checks_module.NOT_OBSERVED,
+                                     f"{where} failed at cell {failed[0].cell} ({failed[0].status})", failed[0].cell)
+
+
+def _held_shuffle_sites(records: Dict[int, List[dict]]) -> list:
+    """The sites of the shuffles the ranks passed through (after their shard), for the single card."""
+    sites = {tuple(r["site"]) for rank_records in records.values() for r in rank_records
+             if r["kind"] == "held" and r["what"] == "shuffle"}
+    return sorted(sites, key=repr)
+
+
 def _output_done(future) -> bool:
     output = getattr(future, "output", None)
     return output is None or output.done()
@@ -601,9 +639,9 @@ def run_command(args) -> int:
         echo = sys.stderr if json_output else sys.stdout
         runner = Runner(cluster, timeout=args.timeout, echo=echo, errors=sys.stderr)
         result = runner.run_notebook(notebook)
-        cluster.stop()  # the ranks' cores go to the single-card run
         if getattr(args, "compare_single_card", False):
-            result.single_card = runner.compare_single_card(notebook, result)
+            # the ranks' cores go to the single-card run once the ranks' comparison run is over
+            result.single_card = runner.compare_single_card(notebook, result, stop_ranks=True)
     finally:
         cluster.stop()
     result.elapsed_s = time.monotonic() - started  # the whole run, cluster start and stop included

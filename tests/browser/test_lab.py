@@ -99,3 +99,31 @@ def test_apply_in_the_magic_widget_changes_its_cell_through_the_comm(lab, browse
     assert "npu_distributed_keras_optimizer_wrapper(optimizer)" in text, text
     page.screenshot(path=str(ARTIFACTS / "magic-apply.png"))
     page.close()
+
+
+def test_the_panel_names_a_finding_in_the_notebooks_own_module_and_says_why_a_step_is_unknown(lab, browser):
+    (lab.root / "model.py").write_text(
+        "import tensorflow.compat.v1 as tf\n"
+        "def model_fn(features, labels, mode):\n"
+        "    optimizer = tf.train.AdamOptimizer(1e-3)\n"
+        "    train_op = optimizer.minimize(tf.reduce_mean(features))\n"
+        "    return tf.estimator.EstimatorSpec(mode=mode, loss=tf.reduce_mean(features), train_op=train_op)\n"
+    )
+    cells = ["import tensorflow.compat.v1 as tf\nfrom model import model_fn\nfrom data_lib import input_fn",
+             "est = tf.estimator.Estimator(model_fn=model_fn)\nest.train(input_fn, max_steps=10)"]
+    name = write_notebook(lab.root, "project.ipynb", cells)
+    page = open_notebook(browser, lab, name, kernel=False)
+    panel = open_panel(page)
+    panel.locator("button.npu-analyze").click()
+    wait_for_steps(page, panel, {"broadcast": "missing", "allreduce": "missing", "shard": "unknown"})
+    reason = panel.locator(".npu-steps tr[data-step='shard'] .npu-step-reason").inner_text()
+    assert reason.startswith("input_fn comes from data_lib: there is no data_lib.py next to the notebook"), reason
+    in_module = panel.locator(".npu-finding[data-code='missing-allreduce']")
+    assert "model.py line 3:" in in_module.inner_text()
+    assert in_module.locator("button.npu-apply").count() == 0  # the notebook's model cannot write model.py
+    assert "npu-migrate-nb fix NOTEBOOK --in-place" in in_module.locator(".npu-module-note").inner_text()
+    # Only the notebook's own cells are marked: the broadcast line, not line 3 of some cell for model.py.
+    assert page.locator(".jp-Notebook .npu-mark-error").count() == 1
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "panel-module.png"))
+    page.close()

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from npu_migrate_nb.notebook import load
+from npu_migrate_nb.sim import checks
 from npu_migrate_nb.sim.cluster import Cluster
 from npu_migrate_nb.sim.runner import Runner
 
@@ -119,11 +120,61 @@ def test_keras_fit_with_sgd_on_an_unshuffled_sharded_dataset_reproduces_one_card
     assert "keras fit" in result.single_card.detail
 
 
-def test_a_shuffled_dataset_cannot_be_compared_with_one_card(cluster, write):
-    result = run(cluster, write("keras_shuffled", keras_fit(".shuffle(64, seed=1)")))
-    assert result.single_card.status == "not-observed", result.single_card
-    assert "shuffle" in result.single_card.detail
-    assert result.ok  # not-observed never fails the run
+def run_with_runner(cluster, path):
+    echo = io.StringIO()
+    runner = Runner(cluster, timeout=120, echo=echo, errors=echo)
+    result = runner.run_notebook(load(path), compare_single_card=True)
+    assert result.cells_ok, echo.getvalue()
+    return result, runner
+
+
+def test_a_shuffle_after_the_shard_is_held_fixed_for_the_comparison_only(cluster, write):
+    # unseeded, as users write it: each rank reorders its own samples; one card shuffles them all
+    result, runner = run_with_runner(cluster, write("keras_shuffled", keras_fit(".shuffle(64)")))
+    check = result.single_card
+    assert check.status == "pass", check
+    assert "held fixed in both runs: the shuffle after the shard (cell 1, line 3)" in check.detail
+    assert "first update 1.00x one card's" in check.detail
+    # the main run, and its three checks, saw the notebook as it is: the shuffle ran
+    assert {c.status for c in result.checks.values()} == {"pass"}
+    assert checks.training_input(runner.records[0])["deterministic"] is False
+
+
+def test_a_shuffle_before_the_shard_is_never_touched(cluster, write):
+    # an unseeded shuffle before the shard gives each rank a different permutation to shard: ranks
+    # read each other's samples; the comparison must not hide it by passing that shuffle through
+    cells = keras_fit()
+    cells[1] = cells[1].replace("from_tensor_slices((x, y))", "from_tensor_slices((x, y)).shuffle(64)")
+    result, _ = run_with_runner(cluster, write("keras_shuffled_before", cells))
+    assert result.checks["shard"].status == "fail", result.checks["shard"]
+    check = result.single_card
+    assert check.status == "not-observed", check
+    assert "a shuffle before the shard draws differently in the two runs" in check.detail
+    assert "\n" not in check.detail
+
+
+def test_dropout_runs_as_at_inference_in_both_runs_of_the_comparison(cluster, write):
+    cells = keras_fit(".shuffle(64)")
+    cells[1] = cells[1].replace('tf.keras.layers.Dense(1)])',
+                                'tf.keras.layers.Dropout(0.5), tf.keras.layers.Dense(1)])')
+    result, _ = run_with_runner(cluster, write("keras_dropout", cells))
+    check = result.single_card
+    assert check.status == "pass", check
+    assert "Dropout as at inference" in check.detail and "the shuffle after the shard" in check.detail
+    assert {c.status for c in result.checks.values()} == {"pass"}
+
+
+def test_fit_arrays_shuffled_by_fit_are_read_in_order_for_the_comparison(cluster, write):
+    cells = [HEAD, "rank, size = int(os.environ['RANK_ID']), int(os.environ['RANK_SIZE'])\n"
+             "x_rank, y_rank = x[rank::size], y[rank::size]\n" + SEQUENTIAL
+             + "optimizer = npu.distribute.npu_distributed_keras_optimizer_wrapper(tf.keras.optimizers.SGD(0.05))\n"
+             "model.compile(optimizer=optimizer, loss='mse')",
+             "model.fit(x_rank, y_rank, batch_size=GLOBAL_BATCH // size, epochs=2, verbose=0)"]
+    cells[0] = "import os\n" + cells[0]
+    result, _ = run_with_runner(cluster, write("keras_arrays", cells))
+    check = result.single_card
+    assert check.status == "pass", check
+    assert "held fixed in both runs: fit's shuffle of arrays" in check.detail
 
 
 def test_the_single_card_comparison_is_opt_in(cluster, write):
