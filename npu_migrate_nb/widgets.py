@@ -279,7 +279,7 @@ class _Demux:
 
 
 def _checks_html(checks) -> str:
-    colours = {"pass": "#2a8a2a", "fail": "#d33", "not-observed": "#888"}
+    colours = {"pass": "#2a8a2a", "fail": "#d33", "not-observed": "#888", "not-applicable": "#888"}
     rows = "".join(
         f'<tr><td>{html.escape(name)}</td><td><span style="color:#fff;background:{colours.get(check.status, "#888")};'
         f'border-radius:3px;padding:0 6px"><b>{html.escape(check.status)}</b></span></td>'

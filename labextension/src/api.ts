@@ -13,7 +13,7 @@ export interface IFixResult {
 
 export interface ICheck {
   name: string;
-  status: 'pass' | 'fail' | 'not-observed';
+  status: 'pass' | 'fail' | 'not-observed' | 'not-applicable';
   detail: string;
   cell: number | null;
 }

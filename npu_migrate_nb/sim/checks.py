@@ -21,6 +21,7 @@ from typing import Dict, List, Optional
 import numpy as np
 
 PASS, FAIL, NOT_OBSERVED = "pass", "fail", "not-observed"
+NOT_APPLICABLE = "not-applicable"  # the analyzer says the step does not apply to this notebook, and why
 
 # The step that fixes each check, by what the probes saw training with.
 FIXES = {
@@ -73,6 +74,19 @@ def evaluate(records: Records, size: int) -> Dict[str, Check]:
         "allreduce": check_allreduce(records, size),
         "shard": check_shard(records, size),
     }
+
+
+def not_applicable_where_the_analysis_says(checks: Dict[str, Check], analysis) -> Dict[str, Check]:
+    """A step the analyzer found not applicable (an input optimized instead of weights, data from an
+    environment, trees instead of gradients) is said so, with its reason, rather than judged: what the
+    probes see there (one variable alike on every rank) would prove nothing."""
+    if analysis.framework == "none":  # the analyzer saw no training; the ranks may have: keep their verdict
+        return checks
+    judged = dict(checks)
+    for step, status in analysis.steps.items():
+        if status == NOT_APPLICABLE and step in judged:
+            judged[step] = Check(step, NOT_APPLICABLE, analysis.reasons.get(step, "not applicable"), judged[step].cell)
+    return judged
 
 
 # ------------------------------------------------------------------------------- selections

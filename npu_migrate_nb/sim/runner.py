@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, TextIO
 
+from ..analysis import analyze
 from ..ipython_syntax import mask
 from ..notebook import InputError, Notebook, load
 from . import checks as checks_module
@@ -147,7 +148,7 @@ class Runner:
         result = RunResult(
             ranks=self.cluster.n,
             cells=outcomes,
-            checks=self.evaluate_checks(),
+            checks=checks_module.not_applicable_where_the_analysis_says(self.evaluate_checks(), analyze(notebook)),
             elapsed_s=time.monotonic() - started,
             tf1=self.cluster.tf1,
         )
