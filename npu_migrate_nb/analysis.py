@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 from . import knowledge as K
-from .facts import CallSite, NotebookFacts, mentions, receiver_name
+from .facts import CallSite, NotebookFacts, dotted_name, receiver_name
 from .findings import STEPS, CellError, Finding, sort_key, unique
 from .notebook import Notebook
-from .modules import ModuleSource, ProjectModules, project_modules
+from .modules import ProjectModules, project_modules
 from .ranks import has_rank_shard
 
 
@@ -44,7 +44,7 @@ class Options:
 class Analysis:
     path: str
     language: str
-    framework: str  # "estimator" | "keras" | "custom-loop" | "mixed" | "none"
+    framework: str  # "estimator" | "keras" | "custom-loop" | "tf-agents" | "decision-forests" | "mixed" | "none"
     adapter: Optional[str]  # "npu_bridge" | "npu_device" | None
     steps: Dict[str, str]  # step -> one of STATUSES
     findings: List[Finding] = field(default_factory=list)
@@ -145,23 +145,65 @@ def _not_applicable() -> Dict[str, str]:
 
 
 def _frameworks(facts: NotebookFacts) -> List[str]:
+    from .rules.not_data_parallel import trained_agents, trains_only_decision_forests
+
     found = []
+    forests_only = trains_only_decision_forests(facts)
     if any(facts.calls_to(*K.ESTIMATORS)) or any(facts.calls_to(K.TRAIN_AND_EVALUATE)):
         found.append("estimator")
-    if _has_keras_fit(facts):
+    if _has_keras_fit(facts) and not forests_only:
         found.append("keras")
     if any(facts.calls_to(K.GRADIENT_TAPE)) or _has_session_training(facts):
         found.append("custom-loop")
+    if forests_only:
+        found.append("decision-forests")  # Keras models whose fit grows trees: no gradient step
+    if trained_agents(facts):
+        found.append("tf-agents")  # agent.train(experience) takes the gradient step inside TF-Agents
     return found
 
 
 def _has_keras_fit(facts: NotebookFacts) -> bool:
-    compiled = {receiver_name(site) for _, _, site in facts.calls("compile")} - {None}
-    for _, _, site in facts.calls("fit"):
+    """A fit (or fit_generator) on a compiled model: compiled under its own name, returned by a
+    function that compiles it (``model = create_model()``, also from a module), or a loop variable
+    over models compiled and collected in a list."""
+    compiles = [site for _, _, site in facts.calls("compile")]
+    compiled = {receiver_name(site) for site in compiles} - {None}
+    if not compiled:
+        return False
+    factories = {site.function for site in compiles} - {None}
+    for _, cell_facts, site in facts.calls(*K.KERAS_FIT_METHODS):
         receiver = receiver_name(site)
-        if receiver in compiled or (receiver is None and compiled):
+        if receiver is None or receiver in compiled or _made_by(facts, receiver, factories):
+            return True
+        if _loop_variable(cell_facts, site, receiver) and _collected(facts, compiled):
             return True
     return False
+
+
+def _made_by(facts: NotebookFacts, name: str, factories) -> bool:
+    """Is ``name`` assigned the result of a call to one of ``factories`` (``module.f()`` too)?"""
+    return any(
+        isinstance(assignment.value, ast.Call)
+        and (dotted_name(assignment.value.func) or "").rsplit(".", 1)[-1] in factories
+        for _, _, assignment in facts.assignments(name)
+    )
+
+
+def _loop_variable(cell_facts, site: CallSite, name: str) -> bool:
+    """Is ``name`` the target of a ``for`` loop around this call?"""
+    return any(
+        isinstance(node, ast.For) and isinstance(node.target, ast.Name) and node.target.id == name
+        and node.lineno <= site.node.lineno <= node.end_lineno
+        for node in ast.walk(cell_facts.tree)
+    )
+
+
+def _collected(facts: NotebookFacts, compiled) -> bool:
+    """Is a compiled model appended to a list (``models.append(model)``)?"""
+    return any(
+        len(site.node.args) == 1 and isinstance(site.node.args[0], ast.Name) and site.node.args[0].id in compiled
+        for _, _, site in facts.calls("append")
+    )
 
 
 def _has_session_training(facts: NotebookFacts) -> bool:

@@ -270,3 +270,43 @@ FRESH_VALUE_CALLS = frozenset(
 ENVIRONMENT_PREFIXES = ("gym.", "gymnasium.", "tf_agents.environments.", "gym_super_mario_bros.")
 # Reads of data besides tf.data: a notebook with one of them has a dataset, environment or not.
 DATA_READER_PREFIXES = ("tensorflow.keras.datasets.", "tensorflow_datasets.", "pandas.read_", "numpy.load")
+
+# --- Keras generators and tensorflow_io
+# tensorflow_io's readers are tf.data datasets (``tfio.IODataset`` subclasses ``tf.data.Dataset``):
+# pipeline sources that a shard splits as any other.
+IO_DATASET_SOURCES = frozenset(
+    {
+        "tensorflow_io.IODataset.from_kafka",
+        "tensorflow_io.IODataset.from_avro",
+        "tensorflow_io.IODataset.from_parquet",
+        "tensorflow_io.IODataset.from_csv",
+        "tensorflow_io.IODataset.from_json",
+        "tensorflow_io.IODataset.from_hdf5",
+        "tensorflow_io.IODataset.from_numpy",
+        "tensorflow_io.IODataset.from_sql",
+        "tensorflow_io.experimental.IODataset.from_kafka",
+        "tensorflow_io.experimental.mongodb.MongoDBIODataset",
+        "tensorflow_io.experimental.elasticsearch.ElasticsearchIODataset",
+    }
+)
+# Not among them: Kafka consumer-group datasets (KafkaGroupIODataset, KafkaBatchIODataset), whose broker
+# already gives each consumer of the group its own partitions, and make_avro_record_dataset, which batches.
+DATASET_SOURCES = DATASET_SOURCES | IO_DATASET_SOURCES
+# ``BigQueryReadSession.parallel_read_rows()`` (and ``read_rows``) return a tf.data dataset; the session
+# comes from a client object, so these are known by method name.
+IO_DATASET_METHODS = frozenset({"parallel_read_rows"})
+# Keras' ImageDataGenerator iterators (keras.utils.Sequence): batch_size default, shuffle default.
+IMAGE_GENERATOR_FLOWS = {"flow_from_directory": (32, True), "flow": (32, True), "flow_from_dataframe": (32, True)}
+IMAGE_DATA_GENERATOR = "tensorflow.keras.preprocessing.image.ImageDataGenerator"
+# Keras trains with these methods of a compiled model (fit_generator: Keras 2's form for generators).
+KERAS_FIT_METHODS = ("fit", "fit_generator")
+
+# --- reinforcement learning and decision forests
+# TF-Agents agents (``dqn_agent.DqnAgent(...)``, ``lin_ucb_agent.LinearUCBAgent(...)``): the modules their
+# constructors, and the base classes of a notebook's own agents, come from. ``agent.train(experience)``
+# takes the training step.
+AGENT_PREFIXES = ("tf_agents.agents.", "tf_agents.bandits.agents.")
+# TF-Agents environments (the data of an agent): besides ENVIRONMENT_PREFIXES' tf_agents.environments.
+AGENT_ENVIRONMENT_PREFIXES = ("tf_agents.environments.", "tf_agents.bandits.environments.")
+# TensorFlow Decision Forests' Keras models (``tfdf.keras.RandomForestModel()``): ``fit`` grows trees.
+DECISION_FOREST_PREFIX = "tensorflow_decision_forests.keras."

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Dict, Iterable, List, Optional, Tuple
@@ -47,6 +48,9 @@ class ModuleSource:
     path: str  # the file, as a path relative to the notebook's folder when inside it
     source: str
     index: int  # its cell index in the facts model (MODULE_CELL_BASE + k)
+    # The notebook cell that writes this module (``%%writefile NAME.py``), its source being the
+    # cell's body; None for a file of the project.
+    cell: Optional[int] = None
 
 
 @dataclass
@@ -73,6 +77,7 @@ def project_modules(notebook: Notebook, base: Optional[str] = None, shown_from: 
         for name, optional in _imported_names(facts_for(cell.source).imports)
     ]
     tried = set()
+    written = written_modules(notebook)
     while pending and len(found) < MAX_MODULES:
         name, optional, folder = pending.pop(0)
         if (name, folder) in tried:
@@ -81,6 +86,13 @@ def project_modules(notebook: Notebook, base: Optional[str] = None, shown_from: 
         top = name.lstrip(".").split(".")[0]
         if not name.startswith(".") and top in KNOWN_PACKAGES:
             continue
+        if name in written and name not in {module.name for module in found}:
+            # What the notebook writes is what its import reads when run (a file on disk may be older).
+            cell, source = written[name]
+            if facts_for(source).error is None:
+                found.append(ModuleSource(name, f"{name}.py", source, MODULE_CELL_BASE + len(found), cell))
+                pending += [(inner, maybe, root) for inner, maybe in _imported_names(facts_for(source).imports)]
+                continue
         path = _module_file(name, folder, root)
         if path is None:
             if not optional and not name.startswith("."):
@@ -102,6 +114,22 @@ def project_modules(notebook: Notebook, base: Optional[str] = None, shown_from: 
         found.append(ModuleSource(name, _shown(path, shown_from), source, MODULE_CELL_BASE + len(found)))
         pending += [(inner, maybe, os.path.dirname(path)) for inner, maybe in _imported_names(facts.imports)]
     return ProjectModules(found, unseen)
+
+
+_WRITEFILE = re.compile(r"^%%writefile(?:[ \t]+-a)?[ \t]+(?:\./)?([A-Za-z_][A-Za-z0-9_]*)\.py[ \t]*$")
+
+
+def written_modules(notebook: Notebook) -> Dict[str, Tuple[int, str]]:
+    """Modules the notebook writes itself: ``%%writefile mnist.py`` -> {"mnist": (cell, body)}; the
+    last cell that writes a name wins (a later cell rewrites the file). Appends (``-a``) are not
+    followed: that module's code is not one cell."""
+    written: Dict[str, Tuple[int, str]] = {}
+    for cell in notebook.code_cells:
+        first, _, body = cell.source.lstrip().partition("\n")
+        match = _WRITEFILE.match(first.rstrip())
+        if match is not None and " -a" not in first:
+            written[match.group(1)] = (cell.index, body)
+    return written
 
 
 def _folder_of(path: str) -> str:

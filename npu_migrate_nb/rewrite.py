@@ -93,6 +93,7 @@ def fix_notebook(notebook: Notebook, analysis: Analysis, codes: Optional[Set[str
         if new_source != by_index[index]:
             sources[index] = new_source
     module_at = analysis.context.module_at if analysis.context is not None else {}
+    _written_back_into_their_cells(notebook, module_at, sources)
     changed_modules = {
         module_at[index].path: (module_at[index].source, sources.pop(index)) for index in list(sources) if index in module_at
     }
@@ -104,6 +105,17 @@ def fix_notebook(notebook: Notebook, analysis: Analysis, codes: Optional[Set[str
         and all((module_at[e.cell].path if e.cell in module_at else e.cell) not in failed_cells for e in f.edits)
     ]
     return FixResult(sources, applied, failed, changed_modules)
+
+
+def _written_back_into_their_cells(notebook: Notebook, module_at, sources: Dict[int, str]) -> None:
+    """A module the notebook writes itself (``%%writefile mnist.py``) is fixed in that cell, under
+    its magic line: the file it writes is what the ranks import."""
+    cells = {cell.index: cell.source for cell in notebook.cells}
+    for index in [index for index in sources if index in module_at]:
+        module = module_at[index]
+        original = cells.get(module.cell) if module.cell is not None else None
+        if original is not None and original.endswith(module.source):
+            sources[module.cell] = original[: len(original) - len(module.source)] + sources.pop(index)
 
 
 def apply_edits(source: str, edits: Sequence[Edit]) -> str:

@@ -174,3 +174,30 @@ def test_the_fix_of_a_module_needing_the_tf2_adapter_imports_it_there_and_opens_
     assert '    grads = npu.distribute.all_reduce(grads, reduction="mean")\n' in fixed_module
     assert "npu.open()" not in fixed_module
     assert result.sources[0].startswith("import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\n")
+
+
+def test_a_module_the_notebook_writes_itself_is_read_from_its_cell_and_fixed_there():
+    from tests.conftest import joined, notebook_from
+
+    notebook = notebook_from(
+        "%%writefile mnist_setup.py\n"
+        "import tensorflow as tf\n"
+        "def build_and_compile_model():\n"
+        "    model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(4,))])\n"
+        "    model.compile(optimizer=tf.keras.optimizers.SGD(0.1), loss='mse')\n"
+        "    return model\n"
+        "# %%\n"
+        "import tensorflow as tf\nimport mnist_setup\n"
+        "model = mnist_setup.build_and_compile_model()\nmodel.fit(ds, epochs=1)\n"
+    )
+    analysis = analyze(notebook)
+    [finding] = [f for f in analysis.findings if f.code == "missing-allreduce"]
+    assert finding.path == "mnist_setup.py" and finding.line == 4
+    result = fix_notebook(notebook, analysis)
+    assert result.modules == {}  # nothing to write beside the notebook: its cell writes the file
+    fixed = joined(notebook, result.sources)
+    assert fixed.startswith(
+        "%%writefile mnist_setup.py\nimport tensorflow as tf\nimport npu_device as npu\ndef build_and_compile_model():\n"
+    )
+    assert "model.compile(optimizer=npu.distribute.npu_distributed_keras_optimizer_wrapper(" in fixed
+    assert analyze(notebook_from(fixed)).steps["allreduce"] == "present"

@@ -10,6 +10,8 @@ from ..facts import CallSite, CellFacts, dotted_name
 from ..findings import NEEDS_NPU_BRIDGE, NEEDS_NPU_DEVICE, Edit, Finding
 from ..analysis import is_distributed_argument
 from .base import Example, Rule, add_argument, insert_after, keras_prefix, replace, single_target, wrap
+from .not_data_parallel import trained_agents
+from .keras_defaults import KERAS_DEFAULT_OPTIMIZER, default_optimizer_argument
 from .reduction import reduction_for
 
 TF1_WRAPPER = "npu_distributed_optimizer_wrapper"
@@ -18,6 +20,13 @@ BOOSTED_TREES_REASON = (
     "optimizer for npu_distributed_optimizer_wrapper to wrap, and the adapter does not combine those statistics "
     "(each rank grows its own trees from the data it reads)"
 )
+
+NO_OPTIMIZER_REASON = (
+    "the model_fn creates no optimizer and takes no gradient step (its train_op only counts steps): there are no "
+    "gradients to aggregate"
+)
+# What a model_fn's train_op that is no gradient step is made of: ``step.assign_add(1)``, ``tf.no_op()``.
+_NON_GRADIENT_TRAIN_OPS = ("assign_add", "assign", "no_op")
 
 
 class MissingAllreduce(Rule):
@@ -76,9 +85,33 @@ class MissingAllreduce(Rule):
         "# %%\n"
         "trees = tf.estimator.BoostedTreesClassifier(columns, n_batches_per_layer=1)\n"
         "trees.train(input_fn=train_input_fn, max_steps=100)\n",
+        # A model_fn whose train_op only counts steps (exported as a SavedModel): nothing to aggregate.
+        "import tensorflow as tf\n"
+        "def model_fn(features, labels, mode):\n"
+        "    step = tf.compat.v1.train.get_global_step()\n"
+        "    return tf.estimator.EstimatorSpec(mode, predictions=features['x'], train_op=step.assign_add(1),\n"
+        "                                      loss=tf.constant(0.))\n"
+        "est = tf.estimator.Estimator(model_fn, 'checkpoints')\n"
+        "est.train(train_fn, steps=1)\n",
+        # Decision forests grow trees: no gradient step.
+        "import tensorflow_decision_forests as tfdf\n"
+        "train_ds = tfdf.keras.pd_dataframe_to_tf_dataset(train_df, label='species')\n"
+        "model = tfdf.keras.RandomForestModel()\n"
+        "model.compile(metrics=['accuracy'])\n"
+        "model.fit(train_ds)\n",
     ]
 
     INVALID = [
+        # compile without an optimizer trains with Keras' default, RMSprop: given explicitly, wrapped.
+        Example(
+            "import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\n"
+            "model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(4,))])\n"
+            "model.compile(loss='mse', metrics=['mae'])\nmodel.fit(ds, epochs=1)\n",
+            "import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\n"
+            "model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(4,))])\n"
+            "model.compile(loss='mse', metrics=['mae'], optimizer=npu.distribute.npu_distributed_keras_optimizer_wrapper("
+            "tf.keras.optimizers.RMSprop()))\nmodel.fit(ds, epochs=1)\n",
+        ),
         # Estimator: the optimizer is created in model_fn, in another cell than the training call.
         Example(
             "import tensorflow as tf\n"
@@ -329,11 +362,64 @@ class MissingAllreduce(Rule):
             "classifier = tf.estimator.DNNClassifier(hidden_units=[8], feature_columns=columns, optimizer='adam')\n"
             "classifier.train(input_fn=train_input_fn, steps=50)\n",
         ),
+        # TF-Agents: the optimizer given to the agent, whose train() applies the gradients through it.
+        Example(
+            "import tensorflow as tf\n"
+            "from tf_agents.agents.dqn import dqn_agent\n"
+            "from tf_agents.environments import suite_gym, tf_py_environment\n"
+            "# %%\n"
+            "train_env = tf_py_environment.TFPyEnvironment(suite_gym.load('CartPole-v0'))\n"
+            "optimizer = tf.keras.optimizers.Adam(learning_rate=1e-3)\n"
+            "agent = dqn_agent.DqnAgent(time_step_spec, action_spec, q_network=q_net, optimizer=optimizer)\n"
+            "agent.initialize()\n"
+            "# %%\n"
+            "for _ in range(1000):\n"
+            "    experience, _ = next(iterator)\n"
+            "    train_loss = agent.train(experience).loss\n",
+            "import tensorflow as tf\n"
+            "import npu_device as npu\n"
+            "npu.open().as_default()\n"
+            "from tf_agents.agents.dqn import dqn_agent\n"
+            "from tf_agents.environments import suite_gym, tf_py_environment\n"
+            "# %%\n"
+            "train_env = tf_py_environment.TFPyEnvironment(suite_gym.load('CartPole-v0'))\n"
+            "optimizer = tf.keras.optimizers.Adam(learning_rate=1e-3)\n"
+            "optimizer = npu.distribute.npu_distributed_keras_optimizer_wrapper(optimizer)\n"
+            "agent = dqn_agent.DqnAgent(time_step_spec, action_spec, q_network=q_net, optimizer=optimizer)\n"
+            "agent.initialize()\n"
+            "# %%\n"
+            "for _ in range(1000):\n"
+            "    experience, _ = next(iterator)\n"
+            "    train_loss = agent.train(experience).loss\n",
+            adapter="npu_device",
+        ),
+        # TF-Agents with a tf.compat.v1 optimizer (the TF1 adapter): wrapped where it is created.
+        Example(
+            "import tensorflow as tf\n"
+            "from tf_agents.bandits.agents import ranking_agent\n"
+            "agent = ranking_agent.RankingAgent(time_step_spec=time_step_spec, action_spec=action_spec,\n"
+            "    scoring_network=scoring_network, optimizer=tf.compat.v1.train.AdamOptimizer(learning_rate=0.05))\n"
+            "for _ in range(100):\n"
+            "    driver.run()\n"
+            "    loss_info = agent.train(replay_buffer.gather_all())\n",
+            "from npu_bridge.npu_init import *\n"
+            "import tensorflow as tf\n"
+            "from tf_agents.bandits.agents import ranking_agent\n"
+            "agent = ranking_agent.RankingAgent(time_step_spec=time_step_spec, action_spec=action_spec,\n"
+            "    scoring_network=scoring_network, "
+            "optimizer=npu_distributed_optimizer_wrapper(tf.compat.v1.train.AdamOptimizer(learning_rate=0.05)))\n"
+            "for _ in range(100):\n"
+            "    driver.run()\n"
+            "    loss_info = agent.train(replay_buffer.gather_all())\n",
+            adapter="npu_bridge",
+        ),
     ]
 
     def prepare(self, context) -> None:
         if _trains_only_boosted_trees(context):
             context.mark("allreduce", "not-applicable", BOOSTED_TREES_REASON)
+        elif _model_fns_take_no_gradient_step(context):
+            context.mark("allreduce", "not-applicable", NO_OPTIMIZER_REASON)
 
     def check(self, context) -> Iterable[Finding]:
         if context.steps["allreduce"] != "missing" or _horovod_optimizer(context):
@@ -346,6 +432,8 @@ class MissingAllreduce(Rule):
             findings += self._wrap_compiled_optimizers(context)
         if "custom-loop" in context.frameworks and not context.tf1:
             findings += self._all_reduce_gradients(context)
+        if "tf-agents" in context.frameworks and not context.tf1:  # TF1: _wrap_tf1_optimizers wraps them
+            findings += self._wrap_agent_optimizers(context)
         return findings or self.unlocated(
             context, "gradients are not aggregated across ranks, and neither the optimizer nor the gradient "
             "computation was recognized"
@@ -428,6 +516,14 @@ class MissingAllreduce(Rule):
         for cell, facts, site in context.facts.calls("compile"):
             optimizer = site.argument(0, "optimizer")
             if optimizer is None:
+                default = default_optimizer_argument(context, cell, facts, site, wrapper, needs)
+                if default is not None:
+                    yield self.finding(
+                        cell, facts, site.node,
+                        f"gradients are not aggregated across ranks: compile trains with Keras' default "
+                        f"optimizer ({KERAS_DEFAULT_OPTIMIZER}); give it explicitly, wrapped with "
+                        f"{wrapper.rsplit('.', 1)[-1]}", [default],
+                    )
                 continue
             found = self._compiled_optimizer_fix(context, cell, facts, site, optimizer, wrapper, needs)
             if found is not None and (found.cell, found.line, found.column) not in seen:
@@ -478,6 +574,30 @@ class MissingAllreduce(Rule):
             )
 
 
+    # -- TF-Agents: the optimizer given to the agent, whose train() calls its apply_gradients
+    def _wrap_agent_optimizers(self, context) -> Iterator[Finding]:
+        wrapper = f"{context.npu}.distribute.npu_distributed_keras_optimizer_wrapper"
+        seen = set()
+        for agent in trained_agents(context.facts):
+            optimizer = agent.optimizer
+            if optimizer is None:
+                continue
+            message = (
+                f"gradients are not aggregated across ranks: wrap the optimizer given to {agent.site.method} with "
+                "npu_distributed_keras_optimizer_wrapper (the agent's train() applies its gradients through it)"
+            )
+            creation = _created_before(context, optimizer.id, agent) if isinstance(optimizer, ast.Name) else None
+            if creation is not None:
+                cell, facts, site = creation
+                edit = _wrap_creation(cell, facts, site, wrapper, NEEDS_NPU_DEVICE)
+            else:
+                cell, facts, site = agent.cell, agent.facts, agent.site
+                edit = wrap(cell, facts, optimizer, wrapper, [NEEDS_NPU_DEVICE])
+            if (cell, edit.start) not in seen:
+                seen.add((cell, edit.start))
+                yield self.finding(cell, facts, site.node if creation else optimizer, message, [edit])
+
+
 def _trains_only_boosted_trees(context) -> bool:
     """Every Estimator built is a boosted-trees one, and nothing else in the notebook takes a gradient step."""
     if context.frameworks != ["estimator"] or any(context.facts.calls_to(*K.OPTIMIZERS)):
@@ -486,6 +606,25 @@ def _trains_only_boosted_trees(context) -> bool:
         return False
     built = [context.facts.resolve(site.dotted) for _, _, site in context.facts.calls_to(*K.ESTIMATORS)]
     return bool(built) and all(name in K.BOOSTED_TREES_ESTIMATORS for name in built)
+
+
+def _model_fns_take_no_gradient_step(context) -> bool:
+    """Only custom Estimators, every EstimatorSpec's train_op a step counter or a no-op, and no optimizer nor
+    gradient anywhere in the notebook (its guides build such model_fns to export a SavedModel)."""
+    if context.frameworks != ["estimator"] or any(context.facts.calls_to(*K.OPTIMIZERS)):
+        return False
+    if any(context.facts.calls("minimize", "apply_gradients", "compute_gradients", "gradients", "gradient")):
+        return False
+    built = {context.facts.resolve(site.dotted) for _, _, site in context.facts.calls_to(*K.ESTIMATORS)}
+    if not built or not built <= {"tensorflow.estimator.Estimator", K.NPU_ESTIMATOR}:
+        return False
+    train_ops = [site.keyword("train_op") for _, _, site in context.facts.calls("EstimatorSpec", "NPUEstimatorSpec")]
+    return bool(train_ops) and all(
+        keyword is not None and isinstance(keyword.value, ast.Call)
+        and dotted_name(keyword.value.func) is not None
+        and dotted_name(keyword.value.func).rsplit(".", 1)[-1] in _NON_GRADIENT_TRAIN_OPS
+        for keyword in train_ops
+    )
 
 
 def _reaches_tf1_optimizer(context, given: ast.expr) -> bool:
@@ -553,6 +692,18 @@ def _creation_of(context, name: str, use: CallSite):
     candidates.sort(key=lambda item: item[0])
     _, cell, facts, site = candidates[-1]
     return cell, facts, site
+
+
+def _created_before(context, name: str, agent):
+    """The optimizer constructor last assigned to ``name`` before the agent is built, in its scope."""
+    found = None
+    for cell, facts, assignment in context.facts.assignments(name):
+        value = assignment.value
+        before = (cell, assignment.stmt.lineno) < (agent.cell, agent.site.node.lineno)
+        if before and assignment.function == agent.site.function and isinstance(value, ast.Call):
+            site = next((s for s in facts.calls if s.node is value), None)
+            found = (cell, facts, site) if context.facts.resolve(dotted_name(value.func)) in K.OPTIMIZERS else None
+    return found if found is not None and found[2] is not None else None
 
 
 def _given_to_flag_optimizers(context) -> set:

@@ -270,7 +270,7 @@ def top_level_statement(facts: CellFacts, stmt: ast.stmt) -> Optional[ast.stmt]:
     return None
 
 
-TRAINING_CALLS = ("fit", "train", "train_and_evaluate", "gradient", "minimize", "apply_gradients")
+TRAINING_CALLS = ("fit", "fit_generator", "train", "train_and_evaluate", "gradient", "minimize", "apply_gradients")
 
 
 def training_call(context: "Context"):

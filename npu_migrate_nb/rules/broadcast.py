@@ -8,6 +8,7 @@ from typing import Iterable, Iterator, List, Optional, Tuple
 from .. import knowledge as K
 from ..facts import CallSite, CellFacts, dotted_name, receiver_name
 from ..findings import NEEDS_NPU_BRIDGE, NEEDS_NPU_DEVICE, NEEDS_OS, Finding
+from .not_data_parallel import trained_agents
 from .base import (
     Example,
     Rule,
@@ -53,9 +54,35 @@ class MissingBroadcast(Rule):
         "model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(4,))])\n"
         "npu.distribute.broadcast(model.trainable_variables)\n"
         "model.compile(optimizer='sgd', loss='mse')\nmodel.fit(ds)\n",
+        # Decision forests grow trees: no weights to broadcast.
+        "import tensorflow_decision_forests as tfdf\n"
+        "train_ds = tfdf.keras.pd_dataframe_to_tf_dataset(train_df, label='species')\n"
+        "model = tfdf.keras.RandomForestModel()\n"
+        "model.compile(metrics=['accuracy'])\n"
+        "model.fit(train_ds)\n",
+        # A bandit agent without an optimizer (closed-form statistics): not data-parallel training.
+        "import tensorflow as tf\n"
+        "from tf_agents.bandits.agents import lin_ucb_agent\n"
+        "from tf_agents.environments import tf_py_environment\n"
+        "environment = tf_py_environment.TFPyEnvironment(bandit_py_environment)\n"
+        "agent = lin_ucb_agent.LinearUCBAgent(time_step_spec=environment.time_step_spec(), "
+        "action_spec=environment.action_spec())\n"
+        "for _ in range(100):\n"
+        "    driver.run()\n"
+        "    loss_info = agent.train(replay_buffer.gather_all())\n",
     ]
 
     INVALID = [
+        # fit_generator trains like fit: the built model is broadcast before it.
+        Example(
+            "import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\n"
+            "model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(4,))])\n"
+            "model.compile(optimizer='adam', loss='mse')\nmodel.fit_generator(gen, epochs=1)\n",
+            "import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\n"
+            "model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(4,))])\n"
+            "model.compile(optimizer='adam', loss='mse')\nnpu.distribute.broadcast(model.trainable_variables)\n"
+            "model.fit_generator(gen, epochs=1)\n",
+        ),
         # An NPUEstimator replaced by a plain Estimator before training: the plain one trains.
         Example(
             "from npu_bridge.npu_init import *\n"
@@ -184,6 +211,65 @@ class MissingBroadcast(Rule):
             "for x, y in dataset:\n"
             "    train_step(x, y)\n",
         ),
+        # TF-Agents: the agent's variables exist once it is initialized.
+        Example(
+            "import tensorflow as tf\n"
+            "from tf_agents.agents.dqn import dqn_agent\n"
+            "from tf_agents.environments import suite_gym, tf_py_environment\n"
+            "# %%\n"
+            "train_env = tf_py_environment.TFPyEnvironment(suite_gym.load('CartPole-v0'))\n"
+            "optimizer = tf.keras.optimizers.Adam(learning_rate=1e-3)\n"
+            "agent = dqn_agent.DqnAgent(time_step_spec, action_spec, q_network=q_net, optimizer=optimizer)\n"
+            "agent.initialize()\n"
+            "# %%\n"
+            "for _ in range(1000):\n"
+            "    experience, _ = next(iterator)\n"
+            "    train_loss = agent.train(experience).loss\n",
+            "import tensorflow as tf\n"
+            "import npu_device as npu\n"
+            "npu.open().as_default()\n"
+            "from tf_agents.agents.dqn import dqn_agent\n"
+            "from tf_agents.environments import suite_gym, tf_py_environment\n"
+            "# %%\n"
+            "train_env = tf_py_environment.TFPyEnvironment(suite_gym.load('CartPole-v0'))\n"
+            "optimizer = tf.keras.optimizers.Adam(learning_rate=1e-3)\n"
+            "agent = dqn_agent.DqnAgent(time_step_spec, action_spec, q_network=q_net, optimizer=optimizer)\n"
+            "agent.initialize()\n"
+            "npu.distribute.broadcast(agent.trainable_variables)\n"
+            "# %%\n"
+            "for _ in range(1000):\n"
+            "    experience, _ = next(iterator)\n"
+            "    train_loss = agent.train(experience).loss\n",
+        ),
+        # TF1: the initializer op run in the session it sits in: the broadcast op is run the same way.
+        Example(
+            "import tensorflow as tf\n"
+            "graph = tf.Graph()\n"
+            "with graph.as_default():\n"
+            "    weights = tf.Variable(tf.truncated_normal([784, 10]))\n"
+            "    loss = tf.reduce_mean(tf.matmul(tf_train_dataset, weights))\n"
+            "    optimizer = tf.train.GradientDescentOptimizer(0.5).minimize(loss)\n"
+            "# %%\n"
+            "with tf.Session(graph=graph) as session:\n"
+            "    tf.global_variables_initializer().run()\n"
+            "    for step in range(801):\n"
+            "        _, l = session.run([optimizer, loss])\n",
+            "from npu_bridge.npu_init import *\n"
+            "import tensorflow as tf\n"
+            "graph = tf.Graph()\n"
+            "with graph.as_default():\n"
+            "    weights = tf.Variable(tf.truncated_normal([784, 10]))\n"
+            "    loss = tf.reduce_mean(tf.matmul(tf_train_dataset, weights))\n"
+            "    optimizer = tf.train.GradientDescentOptimizer(0.5).minimize(loss)\n"
+            "# %%\n"
+            "with tf.Session(graph=graph) as session:\n"
+            "    tf.global_variables_initializer().run()\n"
+            "    tf.group([tf.assign(var, hccl_ops.broadcast([var], 0)[0]) "
+            "for var in tf.trainable_variables()]).run()\n"
+            "    for step in range(801):\n"
+            "        _, l = session.run([optimizer, loss])\n",
+            adapter="npu_bridge",
+        ),
     ]
 
     def check(self, context) -> Iterable[Finding]:
@@ -199,6 +285,8 @@ class MissingBroadcast(Rule):
             findings += self._keras(context)  # else tf2-broadcast-callback puts the broadcast in its place
         if "custom-loop" in context.frameworks:
             findings += self._sessions(context) if context.tf1 else self._custom_loop(context)
+        if "tf-agents" in context.frameworks:
+            findings += self._agents(context)
         if findings or tf2_callback:
             return findings
         return self.unlocated(context, "variables are not broadcast from rank 0, and no place to broadcast them was recognized")
@@ -219,13 +307,12 @@ class MissingBroadcast(Rule):
             if not _hooks_broadcast(context, site):
                 yield self._hooks_finding(context, cell, facts, site, "the MonitoredTrainingSession")
         for cell, facts, site in context.facts.calls("run"):
-            session = receiver_name(site)
-            if session is None or not site.node.args or not _is_variable_initialization(context, site.node.args[0]):
+            run = _broadcast_run(context, site)
+            if run is None:
                 continue
             tf = context.tf
-            code = (
-                f"{session}.run({tf}.group([{tf}.assign(var, hccl_ops.broadcast([var], 0)[0]) "
-                f"for var in {tf}.trainable_variables()]))"
+            code = run.format(
+                f"{tf}.group([{tf}.assign(var, hccl_ops.broadcast([var], 0)[0]) for var in {tf}.trainable_variables()])"
             )
             yield self.finding(
                 cell, facts, site.node,
@@ -251,7 +338,7 @@ class MissingBroadcast(Rule):
 
     # -- Keras fit
     def _keras(self, context) -> Iterator[Finding]:
-        for cell, facts, site in context.facts.calls("fit"):
+        for cell, facts, site in context.facts.calls(*K.KERAS_FIT_METHODS):
             model = receiver_name(site)
             if model is None:
                 continue
@@ -322,6 +409,51 @@ class MissingBroadcast(Rule):
                 f"variables are not broadcast from rank 0: ranks start from different weights; add {code}{lazily}",
                 [edit],
             )
+
+
+    # -- TF-Agents: the agent's variables, once it is initialized
+    def _agents(self, context) -> Iterator[Finding]:
+        for agent in trained_agents(context.facts):
+            if agent.optimizer is None:
+                continue  # no gradient step: not-data-parallel marks the steps not applicable
+            variables = f"{agent.name}.trainable_variables"
+            if context.tf1:  # TF-Agents runs eagerly: the assignments run as they are made
+                code = f"{context.tf}.group([var.assign(hccl_ops.broadcast([var], 0)[0]) for var in {variables}])"
+                needs = NEEDS_NPU_BRIDGE
+            else:
+                code = f"{context.npu}.distribute.broadcast({variables})"
+                needs = NEEDS_NPU_DEVICE
+            cell, facts, stmt = _agent_ready(context, agent)
+            yield self.finding(
+                cell, facts, stmt,
+                f"variables are not broadcast from rank 0: ranks start from different weights; add {code} "
+                f"once {agent.name} is initialized",
+                [insert_after(cell, facts, stmt, code, [needs])],
+            )
+
+
+def _agent_ready(context, agent):
+    """The module-level statement after which the agent's variables exist: ``agent.initialize()`` after its
+    construction, else the construction (the agent's constructor creates its networks' variables)."""
+    built = (agent.cell, agent.site.node.lineno)
+    for cell, facts, site in context.facts.calls("initialize"):
+        if site.dotted == f"{agent.name}.initialize" and site.function is None and (cell, site.node.lineno) > built:
+            return cell, facts, top_level_statement(facts, site.stmt)
+    return agent.cell, agent.facts, top_level_statement(agent.facts, agent.site.stmt)
+
+
+def _broadcast_run(context, site: CallSite) -> Optional[str]:
+    """How to run the broadcast after this variable initialization, with the op in ``{}``:
+    ``sess.run(init)`` -> ``sess.run({})``; ``tf.global_variables_initializer().run()`` (the op run in
+    the default session, as the ``with tf.Session(graph=graph) as session:`` it sits in) -> ``{}.run()``."""
+    if site.node.args:
+        session = receiver_name(site)
+        if session is not None and _is_variable_initialization(context, site.node.args[0]):
+            return session + ".run({})"
+        return None
+    if isinstance(site.receiver, ast.Call) and _is_variable_initialization(context, site.receiver):
+        return "{}.run()"
+    return None
 
 
 def _uses_tf2_callback(context) -> bool:

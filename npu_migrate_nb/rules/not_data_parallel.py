@@ -1,7 +1,8 @@
 """Work that is not data-parallel training: a gradient step on an input (DeepDream, style transfer, an
-adversarial example) or training data that comes from an environment instead of a dataset
-(reinforcement learning). The steps that do not apply are marked not-applicable, with the reason, and
-one info finding says what to split across ranks instead."""
+adversarial example), training data that comes from an environment instead of a dataset (reinforcement
+learning, TF-Agents agents), a training step that reads no data, decision forests (no gradient step) and
+TF-Agents agents given no optimizer (closed-form bandits). The steps that do not apply are marked
+not-applicable, with the reason, and one info finding says what to split across ranks instead."""
 
 from __future__ import annotations
 
@@ -82,6 +83,16 @@ class NotDataParallel(Rule):
         "    grads = tape.gradient(loss, model.trainable_variables)\n"
         "    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n"
         "    scheduler.step()\n",
+        # A training step without arguments that reads the notebook's arrays: data-parallel training.
+        "import tensorflow as tf\n"
+        "(x_train, y_train), _ = load_data()\n"
+        "def train_step():\n"
+        "    with tf.GradientTape() as tape:\n"
+        "        loss = loss_fn(y_train, model(x_train))\n"
+        "    grads = tape.gradient(loss, model.trainable_variables)\n"
+        "    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n"
+        "for _ in range(10):\n"
+        "    train_step()\n",
     ]
 
     INVALID = [
@@ -144,9 +155,66 @@ class NotDataParallel(Rule):
             "    initial_state, info = env.reset()\n"
             "    train_step(tf.constant(initial_state, dtype=tf.float32))\n",
         ),
+        # TF-Agents: experience comes from the environment, no dataset to shard.
+        Example(
+            "import tensorflow as tf\n"
+            "from tf_agents.agents.dqn import dqn_agent\n"
+            "from tf_agents.environments import suite_gym, tf_py_environment\n"
+            "# %%\n"
+            "train_env = tf_py_environment.TFPyEnvironment(suite_gym.load('CartPole-v0'))\n"
+            "optimizer = tf.keras.optimizers.Adam(learning_rate=1e-3)\n"
+            "agent = dqn_agent.DqnAgent(time_step_spec, action_spec, q_network=q_net, optimizer=optimizer)\n"
+            "agent.initialize()\n"
+            "# %%\n"
+            "for _ in range(1000):\n"
+            "    experience, _ = next(iterator)\n"
+            "    train_loss = agent.train(experience).loss\n",
+        ),
+        # Decision forests: no gradient step, no step applies.
+        Example(
+            "import tensorflow_decision_forests as tfdf\n"
+            "train_ds = tfdf.keras.pd_dataframe_to_tf_dataset(train_df, label='species')\n"
+            "model = tfdf.keras.RandomForestModel()\n"
+            "model.compile(metrics=['accuracy'])\n"
+            "model.fit(train_ds)\n",
+        ),
+        # A bandit agent given no optimizer: closed-form updates, no step applies.
+        Example(
+            "import tensorflow as tf\n"
+            "from tf_agents.bandits.agents import lin_ucb_agent\n"
+            "from tf_agents.environments import tf_py_environment\n"
+            "environment = tf_py_environment.TFPyEnvironment(bandit_py_environment)\n"
+            "agent = lin_ucb_agent.LinearUCBAgent(time_step_spec=environment.time_step_spec(), "
+        "action_spec=environment.action_spec())\n"
+            "for _ in range(100):\n"
+            "    driver.run()\n"
+            "    loss_info = agent.train(replay_buffer.gather_all())\n",
+        ),
+        # A training step that reads no data (a loaded model fine-tuned on a constant).
+        Example(
+            "import tensorflow as tf\n"
+            "imported = tf.saved_model.load(path)\n"
+            "optimizer = tf.keras.optimizers.SGD(0.05)\n"
+            "def train_step():\n"
+            "    with tf.GradientTape() as tape:\n"
+            "        loss = (10. - imported(tf.constant(2.))) ** 2\n"
+            "    variables = tape.watched_variables()\n"
+            "    grads = tape.gradient(loss, variables)\n"
+            "    optimizer.apply_gradients(zip(grads, variables))\n"
+            "for _ in range(10):\n"
+            "    train_step()\n",
+        ),
     ]
 
     def prepare(self, context) -> None:
+        if context.frameworks == ["decision-forests"]:
+            for step in STEPS:  # whatever could not be seen (the forest's package): no step applies
+                context.steps[step] = "not-applicable"
+                context.reasons[step] = DECISION_FOREST_REASON
+            return
+        if "tf-agents" in context.frameworks:
+            self._prepare_agents(context)
+            return
         steps = optimized_inputs(context)
         if steps:
             reason = _input_reason(steps)
@@ -156,8 +224,24 @@ class NotDataParallel(Rule):
         environment = environment_step(context)
         if environment is not None:
             context.mark("shard", "not-applicable", _environment_reason(environment))
+        elif data_free_steps(context):
+            context.mark("shard", "not-applicable", NO_DATA_REASON)
+
+    def _prepare_agents(self, context) -> None:
+        agents = trained_agents(context.facts)
+        if not any(agent.optimizer is not None for agent in agents):
+            reason = _no_optimizer_reason(agents)
+            for step in STEPS:
+                context.mark(step, "not-applicable", reason)
+        else:
+            context.mark("shard", "not-applicable", AGENT_SHARD_REASON)
 
     def check(self, context) -> Iterable[Finding]:
+        if context.frameworks == ["decision-forests"]:
+            cell, facts, site = next(context.facts.calls("fit", "fit_generator"))
+            return [self.finding(cell, facts, site.node, DECISION_FOREST_REASON)]
+        if "tf-agents" in context.frameworks:
+            return self._check_agents(context)
         steps = optimized_inputs(context)
         if steps:
             first = steps[0]
@@ -166,7 +250,47 @@ class NotDataParallel(Rule):
         if environment is not None:
             message = _environment_message(environment)
             return [self.finding(environment.cell, environment.facts, environment.site.node, message)]
+        data_free = data_free_steps(context)
+        if data_free:
+            first = data_free[0]
+            return [self.finding(first.cell, first.facts, first.site.node, NO_DATA_MESSAGE)]
         return []
+
+    def _check_agents(self, context) -> List[Finding]:
+        agents = trained_agents(context.facts)
+        first = agents[0]
+        if any(agent.optimizer is not None for agent in agents):
+            message = AGENT_MESSAGE
+        else:
+            message = _no_optimizer_reason(agents) + (
+                ": variable broadcast, gradient aggregation and dataset sharding do not apply"
+            )
+        return [self.finding(first.cell, first.facts, first.site.node, message)]
+
+
+DECISION_FOREST_REASON = (
+    "decision forests grow trees from the whole dataset and take no gradient step: train on one card "
+    "(TF-DF's own distributed training uses a ParameterServerStrategy, not the NPU's collectives)"
+)
+AGENT_SHARD_REASON = (
+    "the agent trains on experience its environment produces (collected into a replay buffer), not on a "
+    "dataset: there is no dataset to shard"
+)
+AGENT_MESSAGE = (
+    "the agent trains on experience from an environment, not a dataset, so dataset sharding does not apply; "
+    "its variables are still broadcast and the gradients of its optimizer all-reduced. So that the ranks do "
+    "not collect the same experience, give each rank's environment its own seed, e.g. "
+    f"py_env.seed(SEED + {RANK_ID}) on the Python environment before wrapping it in TFPyEnvironment"
+)
+
+
+def _no_optimizer_reason(agents: List[Agent]) -> str:
+    names = ", ".join(dict.fromkeys(agent.site.method for agent in agents))
+    return (
+        f"the agents ({names}) are given no optimizer: they update their statistics in closed form (or by a "
+        "rule of their own), with no gradient step to aggregate, and each rank would learn on its own: "
+        "train on one card"
+    )
 
 
 # ------------------------------------------------------------------------------ optimizing an input
@@ -341,4 +465,138 @@ def _environment_message(environment: EnvironmentStep) -> str:
         "apply; the model's variables are still broadcast and its gradients all-reduced. So that the ranks "
         "do not collect the same experience, split the environment instead: give each rank's environment its "
         f"own seed, e.g. {env}.reset(seed=SEED + {RANK_ID})"
+    )
+
+
+# ------------------------------------------------------------------------------ a training step without data
+
+NO_DATA_REASON = (
+    "the training step reads no data: its loss comes from constants and the variables it optimizes, "
+    "so there is no dataset to shard"
+)
+NO_DATA_MESSAGE = (
+    "the training step reads no data (its loss comes from constants and the variables it optimizes), so dataset "
+    "sharding does not apply: every rank computes the same gradients"
+)
+
+
+def data_free_steps(context) -> Optional[List[GradientStep]]:
+    """The notebook's ``tape.gradient`` calls when the notebook reads no dataset and, in each, the tape
+    records a loss computed only from constants, watched tensors and the tape's own intermediate values
+    (a function minimized, a loaded model fine-tuned on a constant)."""
+    if context.frameworks != ["custom-loop"] or context.tf1 or _reads_dataset(context):
+        return None
+    steps: List[GradientStep] = []
+    for cell, facts, site in context.facts.calls("gradient"):
+        if site.receiver is None or len(site.node.args) + len(site.node.keywords) < 2:
+            continue
+        function = facts.functions.get(site.function) if site.function else None
+        tapes = [node for node in ast.walk(function) if _is_tape_block(context, node)] if function else []
+        if not tapes or not all(_tape_reads_no_data(context, tape) for tape in tapes):
+            return None
+        steps.append(GradientStep(cell, facts, site, []))
+    return steps or None
+
+
+def _is_tape_block(context, node: ast.AST) -> bool:
+    return isinstance(node, ast.With) and any(
+        _is_call_to(context, item.context_expr, K.GRADIENT_TAPE) for item in node.items
+    )
+
+
+def _tape_reads_no_data(context, tape: ast.With) -> bool:
+    known = {
+        call.args[0].id for call in ast.walk(tape)
+        if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "watch"
+        and len(call.args) == 1 and isinstance(call.args[0], ast.Name)
+    }
+    known |= {
+        target.id for node in ast.walk(tape) if isinstance(node, ast.Assign)
+        for target in node.targets if isinstance(target, ast.Name)
+    }
+    nodes = [node for stmt in tape.body for node in ast.walk(stmt)]
+    for node in nodes:
+        if isinstance(node, ast.Call):
+            if not node.args and not node.keywords and _is_notebook_function(context, node.func):
+                return False  # a function of the notebook that may read data itself
+            values = [*node.args, *(keyword.value for keyword in node.keywords)]
+        elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and node.value is not None:
+            values = [node.value]  # ``x = x_train`` brings data in without a call
+        else:
+            continue
+        if not all(name in known for value in values for name in _value_names(value)):
+            return False
+    return True
+
+
+def _is_notebook_function(context, callee: ast.expr) -> bool:
+    return isinstance(callee, ast.Name) and context.facts.function(callee.id) is not None
+
+
+def _value_names(node: ast.expr) -> List[str]:
+    """The names an expression reads as values (not the functions it calls)."""
+    if isinstance(node, ast.Name):
+        return [node.id]
+    if isinstance(node, ast.Call):
+        return [name for argument in [*node.args, *(k.value for k in node.keywords)] for name in _value_names(argument)]
+    return [name for child in ast.iter_child_nodes(node) for name in _value_names(child)]
+
+
+# ------------------------------------------------------------------------------ TF-Agents, decision forests
+
+
+@dataclass
+class Agent:
+    cell: int
+    facts: CellFacts
+    site: CallSite  # the agent's constructor call
+    name: str
+    optimizer: Optional[ast.expr]  # the ``optimizer=`` given, None for agents without one (LinUCB)
+
+
+def trained_agents(facts) -> List[Agent]:
+    """The TF-Agents agents the notebook builds and trains (``agent.train(...)`` on the agent's name, or
+    on a name bound to it, as ``agent = cosine_distance_agent``), in notebook order."""
+    built = _built_agents(facts)
+    trained = {receiver_name(site) for _, _, site in facts.calls("train")} - {None}
+    for name in list(trained):
+        trained |= {a.value.id for _, _, a in facts.assignments(name) if isinstance(a.value, ast.Name)}
+    return [agent for agent in built if agent.name in trained]
+
+
+def _built_agents(facts) -> List[Agent]:
+    found = []
+    for cell, cell_facts, site in facts.all_calls():
+        if not (_is_agent_constructor(facts, site) and isinstance(site.stmt, ast.Assign)):
+            continue
+        name = dotted_name(site.stmt.targets[0]) if len(site.stmt.targets) == 1 else None
+        if name is not None and site.stmt.value is site.node:
+            keyword = site.keyword("optimizer")
+            found.append(Agent(cell, cell_facts, site, name, keyword.value if keyword else None))
+    return found
+
+
+def _is_agent_constructor(facts, site: CallSite) -> bool:
+    if facts.resolve(site.dotted).startswith(K.AGENT_PREFIXES):
+        return site.method.endswith("Agent")
+    if not isinstance(site.node.func, ast.Name):
+        return False
+    for _, cell_facts in facts.cells_mentioning(site.node.func.id):
+        cls = cell_facts.classes.get(site.node.func.id)
+        if cls is not None:
+            return any(facts.resolve(dotted_name(base)).startswith(K.AGENT_PREFIXES) for base in cls.bases)
+    return False
+
+
+def trains_only_decision_forests(facts) -> bool:
+    """Every ``fit`` is called on a TensorFlow Decision Forests model (a name bound only to one)."""
+    receivers = [receiver_name(site) for _, _, site in facts.calls("fit", "fit_generator")]
+    return bool(receivers) and all(name is not None and _is_decision_forest(facts, name) for name in receivers)
+
+
+def _is_decision_forest(facts, name: str) -> bool:
+    values = [assignment.value for _, _, assignment in facts.assignments(name)]
+    return bool(values) and all(
+        isinstance(value, ast.Call) and facts.resolve(dotted_name(value.func)).startswith(K.DECISION_FOREST_PREFIX)
+        for value in values
     )

@@ -6,7 +6,7 @@ import ast
 from typing import Iterable, Iterator, List, Optional
 
 from .. import knowledge as K
-from ..facts import CallSite, CellFacts, chain_root_name, receiver_name
+from ..facts import CallSite, CellFacts, chain_root_name, dotted_name, receiver_name
 from ..findings import NEEDS_NPU_DEVICE, NEEDS_OS, Edit, Finding
 from ..ranks import rank_free_shards
 from .base import (
@@ -15,14 +15,49 @@ from .base import (
     add_argument,
     insert_after,
     insert_before,
+    int_literal,
+    keras_prefix,
     standalone_code,
     replace,
     replace_with,
     single_target,
+    top_level_statement,
 )
 from .tf_distribute import dataset_functions_owned
 
 RANK_BATCH = "rank_batch_size"
+RANK_BATCHES = "RankBatches"
+
+
+def rank_batches_class(keras: str) -> str:
+    """A Sequence over an ImageDataGenerator iterator of per-rank batches: this rank's part of every
+    global batch. The iterator's own shuffle draws from the global numpy state (a different order per
+    rank, and so overlapping parts); the class gives it one order per epoch, the same on every rank.
+    Every rank gets as many batches (a Keras step count must match across ranks)."""
+    return (
+        f"class {RANK_BATCHES}({keras}.utils.Sequence):\n"
+        "    \"\"\"This rank's part of every global batch: batch i * RANK_SIZE + RANK_ID of per-rank batches.\"\"\"\n"
+        "\n"
+        "    def __init__(self, batches):\n"
+        "        super().__init__()\n"
+        "        self.batches, self.epoch = batches, 0\n"
+        f"        rank_size = {K.RANK_SIZE_EXPR}\n"
+        f"        self.mine = list(range(len(batches) // rank_size * rank_size))[{K.RANK_ID_EXPR}::rank_size]\n"
+        "        self.on_epoch_end()\n"
+        "\n"
+        "    def __len__(self):\n"
+        "        return len(self.mine)\n"
+        "\n"
+        "    def __getitem__(self, index):\n"
+        "        return self.batches[self.mine[index]]\n"
+        "\n"
+        "    def on_epoch_end(self):\n"
+        "        if self.batches.shuffle:  # one sample order on every rank: their parts are disjoint\n"
+        "            import numpy\n"
+        f"            order = numpy.random.RandomState({K.SHARED_SEED} + self.epoch)\n"
+        "            self.batches.index_array = order.permutation(self.batches.n)\n"
+        "        self.epoch += 1"
+    )
 
 
 class MissingShard(Rule):
@@ -164,6 +199,107 @@ class MissingShard(Rule):
             "rank_size, rank_id = int(os.getenv('RANK_SIZE', '1')), int(os.getenv('RANK_ID', '0'))\n"
             "model.fit(x_train[rank_id::rank_size], y_train[rank_id::rank_size], batch_size=128 // rank_size, epochs=2)\n",
         ),
+        # A Python list of samples slices like an array.
+        Example(
+            "import tensorflow as tf\n"
+            "x = [-1, 0, 1, 2]\ny = [-3, -1, 1, 3]\n"
+            "model.compile(optimizer='sgd', loss='mse')\nmodel.fit(x, y, epochs=2)\n",
+            "import tensorflow as tf\n"
+            "import os\n"
+            "x = [-1, 0, 1, 2]\ny = [-3, -1, 1, 3]\n"
+            "model.compile(optimizer='sgd', loss='mse')\n"
+            "rank_size, rank_id = int(os.getenv('RANK_SIZE', '1')), int(os.getenv('RANK_ID', '0'))\n"
+            "model.fit(x[rank_id::rank_size], y[rank_id::rank_size], epochs=2, batch_size=32 // rank_size)\n",
+        ),
+        # A tensorflow_io reader is a tf.data dataset: sharded as any pipeline source.
+        Example(
+            "import tensorflow as tf\nimport tensorflow_io as tfio\n"
+            "train_ds = tfio.experimental.mongodb.MongoDBIODataset(uri=URI, database=DB, collection='train')\n"
+            "train_ds = train_ds.map(decode).batch(32)\n"
+            "model.compile(optimizer='sgd', loss='mse')\nmodel.fit(train_ds)\n",
+            "import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\nimport tensorflow_io as tfio\n"
+            "train_ds = tfio.experimental.mongodb.MongoDBIODataset(uri=URI, database=DB, collection='train')\n"
+            "train_ds, rank_batch_size = npu.distribute.shard_and_rebatch_dataset(train_ds, 32)\n"
+            "train_ds = train_ds.map(decode).batch(rank_batch_size)\n"
+            "model.compile(optimizer='sgd', loss='mse')\nmodel.fit(train_ds)\n",
+        ),
+        # BigQuery: the read session's rows are a tf.data dataset.
+        Example(
+            "import tensorflow as tf\nfrom tensorflow_io.bigquery import BigQueryClient\n"
+            "def read(table):\n"
+            "    session = BigQueryClient().read_session(PARENT, PROJECT, table, DATASET, names, types)\n"
+            "    return session.parallel_read_rows().map(parse)\n"
+            "# %%\n"
+            "model.compile(optimizer='sgd', loss='mse')\nmodel.fit(read(TABLE).batch(32))\n",
+            "import tensorflow as tf\nimport os\nfrom tensorflow_io.bigquery import BigQueryClient\n"
+            "def read(table):\n"
+            "    session = BigQueryClient().read_session(PARENT, PROJECT, table, DATASET, names, types)\n"
+            "    return session.parallel_read_rows().shard(int(os.getenv('RANK_SIZE', '1')), "
+            "int(os.getenv('RANK_ID', '0'))).map(parse)\n"
+            "# %%\n"
+            "model.compile(optimizer='sgd', loss='mse')\nmodel.fit(read(TABLE).batch(32))\n",
+        ),
+        # An ImageDataGenerator iterator: per-rank batches, each rank its part of every global batch.
+        Example(
+            "import tensorflow as tf\n"
+            "from tensorflow.keras.preprocessing.image import ImageDataGenerator\n"
+            "image_gen = ImageDataGenerator(rescale=1./255)\n"
+            "train_data_gen = image_gen.flow_from_directory(batch_size=64, directory='train', shuffle=True)\n"
+            "val_data_gen = image_gen.flow_from_directory(batch_size=64, directory='val')\n"
+            "model.compile(optimizer='adam', loss='mse')\n"
+            "model.fit(train_data_gen, epochs=2, validation_data=val_data_gen)\n",
+            "import tensorflow as tf\n"
+            "import os\n"
+            "from tensorflow.keras.preprocessing.image import ImageDataGenerator\n"
+            "image_gen = ImageDataGenerator(rescale=1./255)\n"
+            + rank_batches_class("tf.keras") + "\n"
+            "train_data_gen = RankBatches(image_gen.flow_from_directory(batch_size=64 // int(os.getenv('RANK_SIZE', '1')), "
+            "directory='train', shuffle=True))\n"
+            "val_data_gen = image_gen.flow_from_directory(batch_size=64, directory='val')\n"
+            "model.compile(optimizer='adam', loss='mse')\n"
+            "model.fit(train_data_gen, epochs=2, validation_data=val_data_gen)\n",
+        ),
+        # .flow(x, y) without a batch size: Keras' 32 is the global batch.
+        Example(
+            "import tensorflow as tf\n"
+            "train_generator = tf.keras.preprocessing.image.ImageDataGenerator(zoom_range=0.2).flow(x, y)\n"
+            "model.compile(optimizer='adam', loss='mse')\nmodel.fit(train_generator, epochs=5)\n",
+            "import tensorflow as tf\n"
+            "import os\n"
+            + rank_batches_class("tf.keras") + "\n"
+            "train_generator = RankBatches(tf.keras.preprocessing.image.ImageDataGenerator(zoom_range=0.2).flow(x, y, "
+            "batch_size=32 // int(os.getenv('RANK_SIZE', '1'))))\n"
+            "model.compile(optimizer='adam', loss='mse')\nmodel.fit(train_generator, epochs=5)\n",
+        ),
+        # TF1: a session fed by offset from numpy arrays: each rank steps through its own rows with its
+        # part of the batch (the placeholders follow the batch size).
+        Example(
+            "import tensorflow as tf\n"
+            "batch_size = 128\n"
+            "x = tf.placeholder(tf.float32, shape=(batch_size, 4))\n"
+            "y = tf.placeholder(tf.float32, shape=(batch_size, 1))\n"
+            "train_op = tf.train.GradientDescentOptimizer(0.5).minimize(tf.reduce_mean(tf.square(model(x) - y)))\n"
+            "# %%\n"
+            "with tf.Session() as session:\n"
+            "    session.run(tf.global_variables_initializer())\n"
+            "    for step in range(1000):\n"
+            "        offset = (step * batch_size) % (train_labels.shape[0] - batch_size)\n"
+            "        batch_data = train_dataset[offset:(offset + batch_size), :]\n"
+            "        session.run(train_op, feed_dict={x: batch_data, y: train_labels[offset:(offset + batch_size)]})\n",
+            "import tensorflow as tf\n"
+            "import os\n"
+            "batch_size = 128 // int(os.getenv('RANK_SIZE', '1'))\n"
+            "x = tf.placeholder(tf.float32, shape=(batch_size, 4))\n"
+            "y = tf.placeholder(tf.float32, shape=(batch_size, 1))\n"
+            "train_op = tf.train.GradientDescentOptimizer(0.5).minimize(tf.reduce_mean(tf.square(model(x) - y)))\n"
+            "# %%\n"
+            "with tf.Session() as session:\n"
+            "    session.run(tf.global_variables_initializer())\n"
+            "    for step in range(1000):\n"
+            "        offset = (step * batch_size) % (train_labels[int(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', '1'))].shape[0] - batch_size)\n"
+            "        batch_data = train_dataset[int(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', '1'))][offset:(offset + batch_size), :]\n"
+            "        session.run(train_op, feed_dict={x: batch_data, y: train_labels[int(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', '1'))][offset:(offset + batch_size)]})\n",
+        ),
     ]
 
     def check(self, context) -> Iterable[Finding]:
@@ -171,17 +307,23 @@ class MissingShard(Rule):
             return []
         findings: List[Finding] = []
         owned = dataset_functions_owned(context)
+        owned |= _called_by(context, owned)
         for cell, facts, site in context.facts.calls_to(*K.DATASET_SOURCES):
             if site.function in owned:
                 continue  # tf-distribute-leftover turns its InputContext shard into the rank's
             if site.argument_of is not None and context.facts.resolve(site.argument_of.dotted) in K.DATASET_SOURCES:
                 continue  # Dataset.zip((a, b)): shard the zip, not each part
-            if _for_evaluation(facts, site):
+            if _for_evaluation(facts, site) or _loads_whole_split(context, site):
                 continue
             findings.append(self._shard_pipeline(context, cell, facts, site))
+        for cell, facts, site in _io_read_sessions(context):
+            if not _for_evaluation(facts, site):
+                findings.append(self._shard_pipeline(context, cell, facts, site))
         for cell, facts, site in context.facts.calls_to(*K.BATCHED_SOURCES):
             if not _for_evaluation(facts, site) and not is_validation_subset(site):
                 findings.append(self._shard_batched_source(context, cell, facts, site))
+        findings += self._shard_image_generators(context)
+        findings += self._shard_fed_arrays(context)
         if "keras" in context.frameworks:
             findings += self._shard_arrays(context)
         return findings or ([] if owned else self.unlocated(
@@ -250,6 +392,69 @@ class MissingShard(Rule):
             [replace(cell, facts, source.node, code, [NEEDS_OS])],
         )
 
+    # -- Keras ImageDataGenerator iterators (keras.utils.Sequence of batches)
+    def _shard_image_generators(self, context) -> List[Finding]:
+        findings: List[Finding] = []
+        defined = False
+        for cell, facts, site in _image_generator_flows(context):
+            per_rank = f"{K.RANK_SIZE_EXPR}"
+            size = site.keyword("batch_size")
+            if size is not None:
+                edits = [replace_with(cell, facts, site.node, RANK_BATCHES + "({flow})", [NEEDS_OS], flow=site.node),
+                         _divided(cell, facts, size.value, per_rank, [NEEDS_OS])]
+            else:
+                default_batch, _ = K.IMAGE_GENERATOR_FLOWS[site.method]
+                flow = with_last_argument(facts, site, f"batch_size={default_batch} // {per_rank}")
+                edits = [replace(cell, facts, site.node, f"{RANK_BATCHES}({flow})", [NEEDS_OS])]
+            if not defined:
+                top = top_level_statement(facts, site.stmt) or site.stmt
+                edits.append(insert_before(cell, facts, top, rank_batches_class(keras_prefix(context)), [NEEDS_OS]))
+                defined = True
+            context.shard_fix_splits_batch = True
+            findings.append(self.finding(
+                cell, facts, site.node,
+                f"every rank reads the same images: {site.method} gives whole batches; make them per-rank batches "
+                f"and give each rank its part of every global batch ({RANK_BATCHES}: batch i * RANK_SIZE + RANK_ID, "
+                "one sample order on every rank)", edits,
+            ))
+        return findings
+
+    # -- TF1 sessions fed by offset from numpy arrays: ``x[offset:(offset + batch_size)]`` into feed_dict
+    def _shard_fed_arrays(self, context) -> List[Finding]:
+        findings: List[Finding] = []
+        loops = set()
+        for cell, facts, site in context.facts.calls("run"):
+            if site.keyword("feed_dict") is None and len(site.node.args) < 2:
+                continue
+            loop = _enclosing_loop(facts, site.node)
+            if loop is None or id(loop) in loops:
+                continue
+            loops.add(id(loop))
+            slices = [node for node in _offset_slices(loop) if not _is_placeholder(context, node.value.id)]
+            if slices:
+                findings.append(self._shard_feed(context, cell, facts, loop, slices))
+        return findings
+
+    def _shard_feed(self, context, cell, facts: CellFacts, loop: ast.stmt, slices: List[ast.Subscript]) -> Finding:
+        """Each rank steps through its own every-N-th rows (``x[rank_id::rank_size]``) with its part of
+        the batch: one card runs as before; N ranks together take a global batch of the same size."""
+        arrays = {node.value.id for node in slices}
+        rank_rows = f"[{K.RANK_ID_EXPR}::{K.RANK_SIZE_EXPR}]"
+        edits = [replace(cell, facts, node, node.id + rank_rows, [NEEDS_OS])
+                 for node in ast.walk(loop)
+                 if isinstance(node, ast.Name) and node.id in arrays and isinstance(node.ctx, ast.Load)]
+        size = _batch_size_constant(context, cell, loop, slices)
+        if size is not None:
+            size_cell, size_facts, value = size
+            edits.append(_divided(size_cell, size_facts, value, K.RANK_SIZE_EXPR, [NEEDS_OS]))
+            context.shard_fix_splits_batch = True
+        split = ", and split the batch size across ranks" if size is not None else ""
+        return self.finding(
+            cell, facts, slices[0],
+            f"every rank feeds the same rows of {', '.join(sorted(arrays))}: step through this rank's rows "
+            f"(every RANK_SIZE-th from RANK_ID){split}", edits,
+        )
+
     # -- numpy arrays given to fit
     def _shard_arrays(self, context) -> Iterator[Finding]:
         scopes_with_rank_line = set()
@@ -273,6 +478,122 @@ class MissingShard(Rule):
             yield self.finding(cell, facts, x, message, edits)
 
 
+def _image_generator_flows(context) -> Iterator:
+    """``ImageDataGenerator(...).flow_from_directory(...)`` (or ``.flow``, ``.flow_from_dataframe``)
+    whose iterator fit trains on: given to fit, or the last binding of the name fit is given. Other
+    uses (``next(...)``, a ``from_generator`` of a fixed batch shape) keep the iterator as it is."""
+    generators = set()
+    for _, _, site in context.facts.calls_to(K.IMAGE_DATA_GENERATOR):
+        target = single_target(site.stmt) if getattr(site.stmt, "value", None) is site.node else None
+        if target is not None:
+            generators.add(target)
+    flows = [found for found in context.facts.calls(*K.IMAGE_GENERATOR_FLOWS) if _on_a_generator(context, found[2], generators)]
+    trained = set()
+    for fit_cell, _, fit in context.facts.calls(*K.KERAS_FIT_METHODS):
+        x = fit.argument(0, "x")
+        before = [found for found in flows if (found[0], found[2].node.lineno) < (fit_cell, fit.node.lineno)]
+        if isinstance(x, ast.Name):
+            bound = [found for found in before if single_target(found[2].stmt) == x.id
+                     and getattr(found[2].stmt, "value", None) is found[2].node]
+            if bound:
+                trained.add(id(bound[-1][2]))
+        trained |= {id(found[2]) for found in flows if found[2].node is x}
+    for cell, facts, site in flows:
+        if id(site) in trained and not _for_evaluation(facts, site) and not _already_rank_batches(site):
+            yield cell, facts, site
+
+
+def _on_a_generator(context, site: CallSite, generators) -> bool:
+    receiver = site.receiver
+    if isinstance(receiver, ast.Call):
+        return context.facts.resolve(dotted_name(receiver.func)) == K.IMAGE_DATA_GENERATOR
+    return receiver_name(site) in generators
+
+
+def _already_rank_batches(site: CallSite) -> bool:
+    outer = site.argument_of
+    return outer is not None and outer.dotted == RANK_BATCHES
+
+
+def _called_by(context, functions) -> set:
+    """Names of the functions that these functions call (a dataset function's pipeline helper)."""
+    called = set()
+    for name in functions:
+        found = context.facts.function(name)
+        if found is not None:
+            called |= {node.func.id if isinstance(node.func, ast.Name) else node.func.attr
+                       for node in ast.walk(found[2])
+                       if isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute))}
+    return {name for name in called - set(functions) if context.facts.function(name) is not None}
+
+
+def _enclosing_loop(facts: CellFacts, node: ast.AST) -> Optional[ast.stmt]:
+    """The innermost ``for``/``while`` loop of the cell around ``node``."""
+    loops = [loop for loop in ast.walk(facts.tree) if isinstance(loop, (ast.For, ast.While))
+             and loop.lineno <= node.lineno and node.end_lineno <= loop.end_lineno and loop is not node]
+    return max(loops, key=lambda loop: loop.lineno, default=None)
+
+
+def _offset_slices(loop: ast.stmt) -> List[ast.Subscript]:
+    """``x[offset:(offset + batch_size), :]``: rows of an array named ``x`` between two computed bounds."""
+    found = []
+    for node in ast.walk(loop):
+        if not (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name)):
+            continue
+        rows = node.slice.elts[0] if isinstance(node.slice, ast.Tuple) and node.slice.elts else node.slice
+        if isinstance(rows, ast.Slice) and rows.step is None and all(
+            bound is not None and not isinstance(bound, ast.Constant) for bound in (rows.lower, rows.upper)
+        ):
+            found.append(node)
+    return found
+
+
+def _is_placeholder(context, name: str) -> bool:
+    return any(
+        isinstance(assignment.value, ast.Call)
+        and context.facts.resolve(dotted_name(assignment.value.func)) == "tensorflow.placeholder"
+        for _, _, assignment in context.facts.assignments(name)
+    )
+
+
+def _batch_size_constant(context, cell: int, loop: ast.stmt, slices: List[ast.Subscript]):
+    """(cell, facts, value) of the last module-level ``batch_size = 128`` before the loop that a slice's
+    upper bound (``offset + batch_size``) reads, or None."""
+    for node in slices:
+        rows = node.slice.elts[0] if isinstance(node.slice, ast.Tuple) else node.slice
+        names = [name.id for name in ast.walk(rows.upper) if isinstance(name, ast.Name)]
+        for name in names:
+            found = [
+                (c, f, a.value) for c, f, a in context.facts.assignments(name)
+                if a.function is None and not a.tuple_target and int_literal(a.value) is not None
+                and (c < cell or (c == cell and a.stmt.lineno < loop.lineno))
+            ]
+            if found:
+                return found[-1]
+    return None
+
+
+def _loads_whole_split(context, site: CallSite) -> bool:
+    """``tfds.load(..., batch_size=-1)``: the whole split as one batch of tensors (arrays, sliced where
+    they are given to fit); a shard of its single element would give it all to rank 0."""
+    if context.facts.resolve(site.dotted) != "tensorflow_datasets.load":
+        return False
+    size = site.keyword("batch_size")
+    value = size.value if size is not None else None
+    if isinstance(value, ast.UnaryOp) and isinstance(value.op, ast.USub):
+        value = value.operand
+        return isinstance(value, ast.Constant) and value.value == 1
+    return False
+
+
+def _io_read_sessions(context) -> Iterator:
+    """``read_session.parallel_read_rows()`` of tensorflow_io's BigQuery client: a tf.data dataset."""
+    if not context.facts.imports_module("tensorflow_io"):
+        return iter(())
+    return ((cell, facts, site) for cell, facts, site in context.facts.calls(*K.IO_DATASET_METHODS)
+            if site.receiver is not None)
+
+
 def is_validation_subset(site: CallSite) -> bool:
     subset = site.keyword("subset")
     return subset is not None and isinstance(subset.value, ast.Constant) and subset.value.value == "validation"
@@ -289,10 +610,15 @@ def needs_shared_seed(source: CallSite) -> bool:
 
 def with_shared_seed(facts: CellFacts, call: CallSite) -> str:
     """The call's text with ``seed=<shared seed>`` as its last argument."""
+    return with_last_argument(facts, call, f"seed={K.SHARED_SEED}")
+
+
+def with_last_argument(facts: CellFacts, call: CallSite, argument: str) -> str:
+    """The call's text with ``argument`` (``name=value``) added last."""
     text = facts.segment(call.node)
     inside = text[:-1].rstrip()
     separator = "" if inside.endswith(("(", ",")) else ", "
-    return f"{inside}{separator}seed={K.SHARED_SEED})"
+    return f"{inside}{separator}{argument})"
 
 
 def _for_evaluation(facts: CellFacts, site: CallSite) -> bool:
@@ -392,7 +718,16 @@ def _bound_to_a_container(context, x: ast.expr) -> bool:
     if not isinstance(x, ast.Name):
         return False
     values = [a.value for _, _, a in context.facts.assignments(x.id) if not a.tuple_target]
-    return bool(values) and isinstance(values[-1], (ast.Dict, ast.List, ast.Tuple))
+    return bool(values) and isinstance(values[-1], (ast.Dict, ast.List, ast.Tuple)) and not _is_samples(values[-1])
+
+
+def _is_samples(node: ast.expr) -> bool:
+    """``[-1, 0, 1]`` or ``[[0, 1], [1, 0]]``: a list of samples (numbers), which slices as an array."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.operand, ast.Constant):
+        node = node.operand
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, (int, float)) and not isinstance(node.value, bool)
+    return isinstance(node, (ast.List, ast.Tuple)) and bool(node.elts) and all(_is_samples(e) for e in node.elts)
 
 
 def _array_edits(cell, facts: CellFacts, site: CallSite, arrays, define_rank: bool) -> List[Edit]:

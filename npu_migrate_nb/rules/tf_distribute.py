@@ -86,6 +86,28 @@ class TfDistributeLeftover(Rule):
             "dist_ds = dataset_fn(tf.distribute.InputContext(num_input_pipelines=int(os.getenv('RANK_SIZE', '1')), "
             "input_pipeline_id=int(os.getenv('RANK_ID', '0')), num_replicas_in_sync=int(os.getenv('RANK_SIZE', '1'))))\n",
         ),
+        # The same through a lambda that passes its InputContext on (tensorflow.org's multi-worker tutorial).
+        Example(
+            _PRELUDE + "strategy = tf.distribute.MultiWorkerMirroredStrategy()\n"
+            "def dataset_fn(global_batch_size, input_context):\n"
+            "    batch_size = input_context.get_per_replica_batch_size(global_batch_size)\n"
+            "    ds = tf.data.Dataset.from_tensor_slices(x)\n"
+            "    ds = ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)\n"
+            "    return ds.batch(batch_size)\n"
+            "# %%\n"
+            "dist_ds = strategy.distribute_datasets_from_function(\n"
+            "    lambda input_context: dataset_fn(64, input_context))\n",
+            "import tensorflow as tf\nimport os\nimport npu_device as npu\nnpu.open().as_default()\n"
+            "def dataset_fn(global_batch_size, input_context):\n"
+            "    batch_size = global_batch_size // int(os.getenv('RANK_SIZE', '1'))\n"
+            "    ds = tf.data.Dataset.from_tensor_slices(x)\n"
+            "    ds = ds.shard(int(os.getenv('RANK_SIZE', '1')), int(os.getenv('RANK_ID', '0')))\n"
+            "    return ds.batch(batch_size)\n"
+            "# %%\n"
+            "dist_ds = (lambda input_context: dataset_fn(64, input_context))(tf.distribute.InputContext("
+            "num_input_pipelines=int(os.getenv('RANK_SIZE', '1')), input_pipeline_id=int(os.getenv('RANK_ID', '0')), "
+            "num_replicas_in_sync=int(os.getenv('RANK_SIZE', '1'))))\n",
+        ),
         # A scope among other context managers: the default strategy's scope (a no-op) takes its place.
         Example(
             _PRELUDE + "strategy = tf.distribute.MirroredStrategy()\n"
@@ -274,18 +296,54 @@ def _distribute_dataset(context, use: _Use) -> Conversion:
 
 def _datasets_from_function(context, use: _Use) -> Conversion:
     function = _argument(use.call, 0, "dataset_fn")
-    found = context.facts.function(function.id) if isinstance(function, ast.Name) else None
-    if found is None or not shards_by_input_context(found[2]):
+    found = dataset_function(context, function)
+    if found is None or not shards_by_input_context(found[2], found[3]):
         return "a dataset function that does not shard by its InputContext", None
-    cell, facts, definition = found
+    cell, facts, definition, parameter = found
     values = K.INPUT_CONTEXT_VALUES
     input_context = (
         f"{context.tf}.distribute.InputContext(num_input_pipelines={values['num_input_pipelines']}, "
         f"input_pipeline_id={values['input_pipeline_id']}, num_replicas_in_sync={values['num_replicas_in_sync']})"
     )
-    edits = [replace_with(use.cell, use.facts, use.call, "{fn}(" + input_context + ")", [NEEDS_OS], fn=function)]
-    edits += _input_context_edits(cell, facts, definition)
+    if isinstance(function, ast.Lambda):  # the rewriter drops parentheses around a hole: spelled out
+        code = f"({use.facts.segment(function)})({input_context})"
+        edits = [replace(use.cell, use.facts, use.call, code, [NEEDS_OS])]
+    else:
+        edits = [replace_with(use.cell, use.facts, use.call, "{fn}(" + input_context + ")", [NEEDS_OS], fn=function)]
+    edits += _input_context_edits(cell, facts, definition, parameter)
     return "the function is called with this rank's InputContext: one pipeline per rank, its id the rank id", edits
+
+
+def dataset_function(context, function: Optional[ast.expr]):
+    """(cell, facts, definition, InputContext parameter) of the notebook function given to
+    ``distribute_datasets_from_function``: by name, or called by a one-parameter lambda that passes
+    its InputContext on (``lambda input_context: dataset_fn(batch_size, input_context)``)."""
+    if isinstance(function, ast.Name):
+        found = context.facts.function(function.id)
+        return None if found is None else (*found, input_context_parameter(found[2]))
+    if not (isinstance(function, ast.Lambda) and len(function.args.args) == 1 and isinstance(function.body, ast.Call)
+            and isinstance(function.body.func, (ast.Name, ast.Attribute))):
+        return None
+    callee = function.body.func
+    found = context.facts.function(callee.id if isinstance(callee, ast.Name) else callee.attr)  # module.f too
+    if found is None:
+        return None
+    passed = function.args.args[0].arg
+    parameter = _parameter_given(found[2], function.body, passed)
+    return None if parameter is None else (*found, parameter)
+
+
+def _parameter_given(definition: ast.AST, call: ast.Call, name: str) -> Optional[str]:
+    """The parameter of ``definition`` that ``call`` binds to the variable ``name``."""
+    for keyword in call.keywords:
+        if isinstance(keyword.value, ast.Name) and keyword.value.id == name:
+            return keyword.arg
+    arguments = getattr(definition, "args", None)
+    positional = (arguments.posonlyargs + arguments.args) if arguments is not None else []
+    for index, argument in enumerate(call.args):
+        if isinstance(argument, ast.Name) and argument.id == name and index < len(positional):
+            return positional[index].arg
+    return None
 
 
 def _experimental_local_results(context, use: _Use) -> Conversion:
@@ -315,9 +373,9 @@ def input_context_parameter(definition: ast.AST) -> Optional[str]:
     return positional[0].arg if positional else None
 
 
-def shards_by_input_context(definition: ast.AST) -> bool:
+def shards_by_input_context(definition: ast.AST, parameter: Optional[str] = None) -> bool:
     """Does this dataset function call ``.shard`` with its InputContext's values?"""
-    parameter = input_context_parameter(definition)
+    parameter = parameter or input_context_parameter(definition)
     if parameter is None:
         return False
     return any(
@@ -332,15 +390,14 @@ def dataset_functions_owned(context) -> Set[str]:
     InputContext: this rule turns that shard into the rank's, so missing-shard leaves them alone."""
     owned = set()
     for _, _, site in context.facts.calls("distribute_datasets_from_function"):
-        function = _argument(site.node, 0, "dataset_fn")
-        found = context.facts.function(function.id) if isinstance(function, ast.Name) else None
-        if found is not None and shards_by_input_context(found[2]):
-            owned.add(function.id)
+        found = dataset_function(context, _argument(site.node, 0, "dataset_fn"))
+        if found is not None and shards_by_input_context(found[2], found[3]):
+            owned.add(found[2].name)
     return owned
 
 
-def _input_context_edits(cell: int, facts: CellFacts, definition: ast.AST) -> List[Edit]:
-    parameter = input_context_parameter(definition)
+def _input_context_edits(cell: int, facts: CellFacts, definition: ast.AST, parameter: Optional[str] = None) -> List[Edit]:
+    parameter = parameter or input_context_parameter(definition)
     parents = _parents(definition)
     edits = []
     for node in ast.walk(definition):
