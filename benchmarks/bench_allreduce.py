@@ -1,16 +1,22 @@
-"""All-reduce of 64 MB float32 on 2 ranks: the simulator vs raw MPI vs TensorFlow's own ring.
+"""The simulator's collectives against raw MPI on the same bytes, 4 KB to 256 MB, on 2 ranks.
 
-    python benchmarks/bench_allreduce.py            # launches everything itself
-    mpiexec -n 2 python benchmarks/bench_allreduce.py
+    python benchmarks/bench_allreduce.py [--quick|--full] [--no-mwms]   # launches everything itself
 
-Measures, on this machine:
-  * ``npu.distribute.all_reduce`` (the simulated adapter, default reduction "mean", eager) and
-    the same with reduction "sum";
-  * a raw ``MPI.COMM_WORLD.Allreduce`` on the same buffer (preallocated receive buffer);
-  * ``tf.distribute.MultiWorkerMirroredStrategy`` with the RING implementation over gRPC on
-    127.0.0.1, the peer users would otherwise reach for (two separate worker processes, since the
-    strategy must be created before TensorFlow's context starts).
-Each figure is the median of several timed repetitions after a warm-up.
+For each size, on 2 MPI ranks (the mpich wheel's mpiexec), with a barrier before every timed call:
+  * ``npu.distribute.all_reduce`` "sum" and "mean", and ``npu.distribute.broadcast`` (variables
+    assigned in place, as the adapter does);
+  * in a ``tf.function`` (where training steps run; the native kernel, and the numpy_function
+    path forced) and eagerly (a list in, eager tensors out, no ``.numpy()``);
+  * one tensor, and a gradient list of the same bytes: up to 160 tensors of mixed sizes (one large
+    kernel, then a small bias and a tiny normalisation scale, repeated), as a real model's;
+  * against a raw ``MPI.COMM_WORLD.Allreduce`` (preallocated receive buffer) or ``Bcast`` of the
+    same bytes, timed in alternation with it (a loaded machine slows both alike).
+Each figure is the median over repetitions after a warm-up, the slower rank's. Printed: the ratio
+to raw MPI per size, and the cost per call beyond raw MPI in microseconds, next to what calling an
+empty ``tf.function`` costs (every graph call, a training step's too, pays that).
+
+Also (unless --no-mwms): 64 MB through ``tf.distribute.MultiWorkerMirroredStrategy`` (RING over
+gRPC on 127.0.0.1), the peer users would otherwise reach for.
 """
 
 from __future__ import annotations
@@ -24,22 +30,43 @@ import subprocess
 import sys
 import time
 
-MEGABYTES = 64
-ELEMENTS = MEGABYTES * 1024 * 1024 // 4
-REPEATS = 7
+KB, MB = 1024, 1024 * 1024
+SIZES = {"quick": [4 * KB, 256 * KB, 4 * MB, 64 * MB],
+         "full": [4 * KB, 64 * KB, 1 * MB, 16 * MB, 64 * MB, 256 * MB]}
+MWMS_BYTES = 64 * MB
 HERE = os.path.abspath(__file__)
 REPO = os.path.dirname(os.path.dirname(HERE))
+GRADIENT_LIST_LENGTH = 160
+CASES = [  # (name, collective, where, shape)
+    ("reference: empty tf.function call", "none", "graph", "one"),
+    ("sum      graph native", "sum", "native", "one"),
+    ("sum      graph native", "sum", "native", "list"),
+    ("mean     graph native", "mean", "native", "one"),
+    ("mean     graph native", "mean", "native", "list"),
+    ("sum      graph numpy_function", "sum", "numpy", "one"),
+    ("sum      graph numpy_function", "sum", "numpy", "list"),
+    ("sum      eager", "sum", "eager", "one"),
+    ("sum      eager", "sum", "eager", "list"),
+    ("mean     eager", "mean", "eager", "one"),
+    ("mean     eager", "mean", "eager", "list"),
+    ("broadcast graph", "broadcast", "graph", "one"),
+    ("broadcast graph", "broadcast", "graph", "list"),
+    ("broadcast eager", "broadcast", "eager", "one"),
+    ("broadcast eager", "broadcast", "eager", "list"),
+]
 
 
-def _median_time(step, barrier) -> float:
-    step()  # warm-up
-    times = []
-    for _ in range(REPEATS):
-        barrier()
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+def repeats_for(nbytes: int) -> int:
+    return 7 if nbytes >= 16 * MB else 15 if nbytes >= MB else 51
+
+
+def gradient_sizes(elements: int) -> list:
+    """Element counts of a model-like gradient list summing to ``elements``: kernel, bias, scale."""
+    length = max(2, min(GRADIENT_LIST_LENGTH, elements // 64))
+    weights = [(1000, 30, 1)[i % 3] for i in range(length)]
+    sizes = [max(1, elements * w // sum(weights)) for w in weights]
+    sizes[0] += elements - sum(sizes)
+    return sizes
 
 
 def _rank_env() -> None:
@@ -55,30 +82,71 @@ def _rank_env() -> None:
     os.environ["RANK_TABLE_FILE"] = table
 
 
-def mpi_part() -> dict:
-    """Run on every MPI rank; returns the timings (seconds) on rank 0."""
+def _alternating_medians(ours, raw, barrier, repeats: int) -> tuple:
+    ours(), raw()  # warm-up: tracing, pooled buffers
+    times = {"ours": [], "raw": []}
+    for _ in range(repeats):
+        for name, step in (("raw", raw), ("ours", ours)):
+            barrier()
+            start = time.perf_counter()
+            step()
+            times[name].append(time.perf_counter() - start)
+    return statistics.median(times["ours"]), statistics.median(times["raw"])
+
+
+def _case_step(npu, comm, tf, collective: str, where: str, tensors: list, variables: list):
+    if collective == "none":  # what any graph call costs, a training step's included
+        return tf.function(lambda: None)
+    if collective == "broadcast":
+        if where == "eager":
+            return lambda: npu.distribute.broadcast(variables)
+        broadcast_in_graph = tf.function(lambda: npu.distribute.broadcast(variables))
+        return broadcast_in_graph
+    if where == "eager":
+        return lambda: npu.distribute.all_reduce(tensors, collective)
+    # outputs unused: a training step consumes them inside the graph; the op is stateful, it runs
+    function = tf.function(lambda: npu.distribute.all_reduce(tensors, collective) and None)
+    if where == "numpy":
+        with comm.numpy_path_in_graphs():
+            function.get_concrete_function()
+    return function
+
+
+def mpi_part(sizes: list) -> dict:
+    """Run on every MPI rank; returns {case: {size: (ours s, raw s)}} (the slower rank's medians)."""
     _rank_env()
     sys.path.insert(0, REPO)
     import numpy as np
     from mpi4py import MPI
     import tensorflow as tf
-    from npu_migrate_nb.sim import adapter
+    from npu_migrate_nb.sim import adapter, comm
     adapter.enable()
     import npu_device as npu
 
     npu.open().as_default()
     world = MPI.COMM_WORLD
-    data = np.random.default_rng(world.rank).random(ELEMENTS, dtype=np.float32)
-    received = np.empty_like(data)
-    tensor = tf.constant(data)
-
-    raw = _median_time(lambda: world.Allreduce(data, received), world.Barrier)
-    mean = _median_time(lambda: npu.distribute.all_reduce(tensor), world.Barrier)
-    total = _median_time(lambda: npu.distribute.all_reduce(tensor, "sum"), world.Barrier)
-    check = npu.distribute.all_reduce(tensor, "sum").numpy()
-    world.Allreduce(data, received)
-    assert np.array_equal(check, received), "simulated all_reduce disagrees with MPI"
-    return {"raw_mpi": raw, "npu_mean": mean, "npu_sum": total, "ranks": world.size}
+    rng = np.random.default_rng(world.rank)
+    results = {}
+    for nbytes in sizes:
+        elements = nbytes // 4
+        data = rng.random(elements, dtype=np.float32)
+        received = np.empty_like(data)
+        pieces = {"one": [elements], "list": gradient_sizes(elements)}
+        for name, collective, where, shape in CASES:
+            arrays = np.split(data, np.cumsum(pieces[shape])[:-1])
+            tensors = [tf.constant(a) for a in arrays]
+            variables = [tf.Variable(t) for t in tensors] if collective == "broadcast" else []
+            ours = _case_step(npu, comm, tf, collective, where, tensors, variables)
+            raw = ((lambda: world.Bcast(data)) if collective == "broadcast"
+                   else (lambda: world.Allreduce(data, received)))
+            timing = _alternating_medians(ours, raw, world.Barrier, repeats_for(nbytes))
+            slower = max(world.allgather(timing))
+            results.setdefault(f"{name} ({shape})", {})[nbytes] = slower
+            del tensors, variables, ours
+        check = npu.distribute.all_reduce(tf.constant(data), "sum").numpy()
+        world.Allreduce(data, received)
+        assert np.array_equal(check, received), "simulated all_reduce disagrees with MPI"
+    return {"cases": results, "ranks": world.size}
 
 
 def _free_port() -> int:
@@ -96,7 +164,7 @@ def mwms_worker(index: int, ports: list[int]) -> dict:
     options = tf.distribute.experimental.CommunicationOptions(
         implementation=tf.distribute.experimental.CommunicationImplementation.RING)
     strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
-    data = tf.random.uniform([ELEMENTS], dtype=tf.float32, seed=index)
+    data = tf.random.uniform([MWMS_BYTES // 4], dtype=tf.float32, seed=index)
 
     @tf.function
     def step():
@@ -110,7 +178,14 @@ def mwms_worker(index: int, ports: list[int]) -> dict:
             lambda: tf.distribute.get_replica_context().all_reduce("sum", tf.ones([1]))))[0].numpy()
 
     barrier()
-    return {"mwms": _median_time(run, barrier)}
+    run()
+    times = []
+    for _ in range(7):
+        barrier()
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return {"mwms": statistics.median(times)}
 
 
 def run_mwms_pair() -> dict:
@@ -128,26 +203,46 @@ def _result_line(stdout: str) -> str:
     return [line for line in stdout.splitlines() if line.startswith("{")][-1]
 
 
-def print_table(mpi: dict, mwms: dict) -> None:
-    rate = lambda seconds: MEGABYTES / seconds  # noqa: E731
-    rows = [
-        ("raw MPI Allreduce (mpi4py, buffer)", mpi["raw_mpi"]),
-        ("npu.distribute.all_reduce  mean", mpi["npu_mean"]),
-        ("npu.distribute.all_reduce  sum", mpi["npu_sum"]),
-        ("MultiWorkerMirroredStrategy RING/gRPC", mwms["mwms"]),
-    ]
-    print(f"\nall-reduce of {MEGABYTES} MB float32 on {mpi['ranks']} ranks, 127.0.0.1, median of {REPEATS}")
-    print(f"{'implementation':40} {'time (ms)':>10} {'MB/s':>9} {'vs raw MPI':>11}")
-    for name, seconds in rows:
-        print(f"{name:40} {seconds * 1e3:10.1f} {rate(seconds):9.0f} {seconds / mpi['raw_mpi']:10.2f}x")
-    ratio = mpi["npu_mean"] / mpi["raw_mpi"]
-    verdict = "OK" if ratio <= 1.4 else "ABOVE GOAL"
-    print(f"\nall_reduce (mean) / raw MPI = {ratio:.2f}x (goal <= 1.4x: {verdict})")
-    print(f"MWMS {rate(mwms['mwms']):.0f} MB/s vs MPI {rate(mpi['raw_mpi']):.0f} MB/s")
+def _size_label(nbytes: int) -> str:
+    return f"{nbytes // MB} MB" if nbytes >= MB else f"{nbytes // KB} KB"
+
+
+def print_sweep(mpi: dict) -> None:
+    cases = mpi["cases"]
+    sizes = sorted({int(size) for timings in cases.values() for size in timings})
+    header = f"{'':40}" + "".join(f"{_size_label(size):>10}" for size in sizes)
+    first = next(iter(cases.values()))
+    print(f"\ncollectives on {mpi['ranks']} ranks vs raw MPI on the same bytes (float32; median, slower rank)")
+    print(header)
+    print(f"{'raw MPI Allreduce (ms)':40}" + "".join(f"{first[str(s)][1] * 1e3:10.3f}" for s in sizes))
+    print("ratio to raw MPI:")
+    for name, timings in cases.items():
+        print(f"{name:40}" + "".join(f"{timings[str(s)][0] / timings[str(s)][1]:9.2f}x" for s in sizes))
+    print("cost per call beyond raw MPI (microseconds):")
+    for name, timings in cases.items():
+        print(f"{name:40}" + "".join(f"{(timings[str(s)][0] - timings[str(s)][1]) * 1e6:10.0f}" for s in sizes))
+    goal = [timings[str(s)][0] / timings[str(s)][1] for name, timings in cases.items() for s in sizes
+            if s >= 64 * MB and "numpy_function" not in name and "reference" not in name]
+    if goal:
+        print(f"\nworst ratio at 64 MB and above (native graph path, eager, broadcast): {max(goal):.2f}x "
+              f"(goal <= 1.2x: {'OK' if max(goal) <= 1.2 else 'ABOVE GOAL'})")
+
+
+def print_mwms(mpi: dict, mwms: dict) -> None:
+    raw = mpi["cases"]["sum      graph native (one)"].get(str(MWMS_BYTES))
+    line = f"\nMultiWorkerMirroredStrategy RING/gRPC, {MWMS_BYTES // MB} MB: {mwms['mwms'] * 1e3:.1f} ms"
+    if raw:
+        line += f" ({mwms['mwms'] / raw[1]:.2f}x raw MPI; {MWMS_BYTES / MB / mwms['mwms']:.0f} MB/s)"
+    print(line)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--full", dest="sizes", action="store_const", const="full", default="full",
+                        help="4 KB, 64 KB, 1 MB, 16 MB, 64 MB, 256 MB (default)")
+    parser.add_argument("--quick", dest="sizes", action="store_const", const="quick",
+                        help="4 KB, 256 KB, 4 MB, 64 MB")
+    parser.add_argument("--no-mwms", action="store_true", help="skip MultiWorkerMirroredStrategy")
     parser.add_argument("--mpi-part", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--mwms-worker", nargs=2, metavar=("INDEX", "PORTS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -155,23 +250,25 @@ def main() -> None:
         index, ports = args.mwms_worker
         print(json.dumps(mwms_worker(int(index), [int(p) for p in ports.split(",")])), flush=True)
         return
-    if "PMI_RANK" in os.environ:  # started by mpiexec
-        timings = mpi_part()
+    if args.mpi_part:  # started by mpiexec
+        timings = mpi_part(SIZES[args.sizes])
         if os.environ["PMI_RANK"] == "0":
-            if args.mpi_part:
-                print(json.dumps(timings), flush=True)
-            else:
-                print_table(timings, run_mwms_pair())
+            print(json.dumps(timings), flush=True)
         return
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     sys.path.insert(0, REPO)
-    from npu_migrate_nb.sim.cluster import find_mpiexec  # the mpich wheel's, next to this Python
+    from npu_migrate_nb.sim.cluster import find_mpiexec  # the mpich wheel's
 
-    done = subprocess.run([find_mpiexec(), "-n", "2", sys.executable, HERE, "--mpi-part"], env=env,
-                          capture_output=True, text=True, timeout=600)
+    started = time.perf_counter()
+    done = subprocess.run([find_mpiexec(), "-n", "2", sys.executable, HERE, "--mpi-part", f"--{args.sizes}"],
+                          env=env, capture_output=True, text=True, timeout=1800)
     if done.returncode != 0:
         sys.exit(f"MPI part failed:\n{done.stderr[-3000:]}")
-    print_table(json.loads(_result_line(done.stdout)), run_mwms_pair())
+    mpi = json.loads(_result_line(done.stdout))
+    print_sweep(mpi)
+    if not args.no_mwms:
+        print_mwms(mpi, run_mwms_pair())
+    print(f"\n(benchmark took {time.perf_counter() - started:.0f} s)")
 
 
 if __name__ == "__main__":

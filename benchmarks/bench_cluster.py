@@ -17,12 +17,21 @@ the two ranks, and again), several epochs per round, after a warm-up; the median
 loaded 2-core machine slows whatever runs at that moment: alternating spreads the load over all
 sides. CPU time per epoch is printed too (one process; the busiest rank and both ranks together).
 
-Two models: "mlp", an MNIST-sized multilayer perceptron (784-256-256-10, batch 256), the goal's
-small model; and "tiny" (32-64-64-1, batch 64), whose step is about a millisecond of framework
+Three models: "mlp", an MNIST-sized multilayer perceptron (784-256-256-10, batch 256), the goal's
+small model; "tiny" (32-64-64-1, batch 64), whose step is about a millisecond of framework
 dispatch with almost no arithmetic: two ranks cannot halve anything there, so its ratio shows the
-fixed cost per step of two processes and one all-reduce on a shared machine.
+fixed cost per step of two processes and one all-reduce on a shared machine; and "resnet", a
+ResNet-style CNN of 10.8 M parameters (43 MB of gradients per step) on synthetic 32x32 images,
+batch 32, whose ratio shows what the all-reduce of a real model's gradients costs. goal: <= 1.3x
 
-Run: python benchmarks/bench_cluster.py [--part ready|epoch|all] [--model mlp|tiny|both]
+3. One full Ascend server (8 ranks) on this machine against 2 ranks (and 4), the same notebook and
+   global batch, so the same total compute (ResNet-style model by default): cluster ready time,
+   epoch time and CPU of all ranks, alternating rounds.       goals: epoch <= 1.5x, ready <= 2x
+   Then the memory of a rank (RSS at ready and after training, USS, PSS; median over the ranks),
+   next to one plain process that imported TensorFlow and mpi4py.
+
+Run: python benchmarks/bench_cluster.py [--quick] [--part ready|epoch|server|all] [--model NAME|all]
+                                        [--server-ranks 2,4,8] [--server-model NAME]
 """
 
 import argparse
@@ -34,6 +43,8 @@ import sys
 import tempfile
 import time
 
+import psutil
+
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from npu_migrate_nb.sim.cluster import Cluster, find_mpiexec  # noqa: E402
@@ -41,10 +52,15 @@ from npu_migrate_nb.sim.cluster import Cluster, find_mpiexec  # noqa: E402
 RANKS = 4
 ROUNDS = 5
 EPOCHS_PER_ROUND = 3
+READY_REPEATS = 2
 
 MODELS = {
-    "mlp": {"rows": 8192, "features": 784, "hidden": [256, 256], "outputs": 10, "batch": 256},
-    "tiny": {"rows": 8192, "features": 32, "hidden": [64, 64], "outputs": 1, "batch": 64},
+    "mlp": {"kind": "mlp", "rows": 8192, "features": 784, "hidden": [256, 256], "outputs": 10, "batch": 256},
+    "tiny": {"kind": "mlp", "rows": 8192, "features": 32, "hidden": [64, 64], "outputs": 1, "batch": 64},
+    # ResNet-style: 10.8 M parameters (43 MB of float32 gradients per step), most of them in the
+    # late stages where the images are small, so a step is a fraction of a second of CPU.
+    "resnet": {"kind": "resnet", "rows": 256, "image": 32, "widths": [64, 128, 256, 512], "blocks": [1, 1, 2, 2],
+               "outputs": 10, "batch": 32, "goal": 1.3, "rounds": 3, "epochs_per_round": 2, "singles": ["untuned"]},
 }
 
 EPOCH_SETUP = """
@@ -58,7 +74,10 @@ if _distributed:
     import npu_device as npu
     npu.open().as_default()
 _rng = np.random.RandomState(0)
-_x = _rng.rand(_spec["rows"], _spec["features"]).astype("float32")
+if _spec["kind"] == "resnet":
+    _x = _rng.rand(_spec["rows"], _spec["image"], _spec["image"], 3).astype("float32")
+else:
+    _x = _rng.rand(_spec["rows"], _spec["features"]).astype("float32")
 if _spec["outputs"] == 1:
     _y = _rng.rand(_spec["rows"], 1).astype("float32")
     _loss = "mse"
@@ -74,10 +93,36 @@ if _untuned:
     _options = tf.data.Options()
     _options.autotune.enabled = False
     _dataset = _dataset.with_options(_options)
-_model = tf.keras.Sequential(
-    [tf.keras.layers.Dense(_spec["hidden"][0], activation="relu", input_shape=(_spec["features"],))]
-    + [tf.keras.layers.Dense(units, activation="relu") for units in _spec["hidden"][1:]]
-    + [tf.keras.layers.Dense(_spec["outputs"])])
+
+
+def _residual_block(x, width, stride):
+    layers = tf.keras.layers
+    shortcut = x
+    if stride != 1 or x.shape[-1] != width:
+        shortcut = layers.BatchNormalization()(layers.Conv2D(width, 1, stride, use_bias=False)(x))
+    y = layers.ReLU()(layers.BatchNormalization()(layers.Conv2D(width, 3, stride, "same", use_bias=False)(x)))
+    y = layers.BatchNormalization()(layers.Conv2D(width, 3, 1, "same", use_bias=False)(y))
+    return layers.ReLU()(layers.Add()([shortcut, y]))
+
+
+def _resnet(spec):
+    layers = tf.keras.layers
+    inputs = tf.keras.Input((spec["image"], spec["image"], 3))
+    x = layers.ReLU()(layers.BatchNormalization()(layers.Conv2D(32, 3, 2, "same", use_bias=False)(inputs)))
+    for stage, (width, blocks) in enumerate(zip(spec["widths"], spec["blocks"])):
+        for block in range(blocks):
+            x = _residual_block(x, width, 2 if block == 0 and stage > 0 else 1)
+    outputs = layers.Dense(spec["outputs"])(layers.GlobalAveragePooling2D()(x))
+    return tf.keras.Model(inputs, outputs)
+
+
+if _spec["kind"] == "resnet":
+    _model = _resnet(_spec)
+else:
+    _model = tf.keras.Sequential(
+        [tf.keras.layers.Dense(_spec["hidden"][0], activation="relu", input_shape=(_spec["features"],))]
+        + [tf.keras.layers.Dense(units, activation="relu") for units in _spec["hidden"][1:]]
+        + [tf.keras.layers.Dense(_spec["outputs"])])
 _optimizer = tf.keras.optimizers.SGD(0.01)
 if _distributed:
     npu.distribute.broadcast(_model.trainable_variables)
@@ -138,9 +183,9 @@ def our_cluster_ready() -> float:
 
 
 def cluster_ready_part() -> None:
-    bare = min(bare_cluster_start() for _ in range(2))
-    tf_import = min(one_tensorflow_import() for _ in range(2))
-    ours = min(our_cluster_ready() for _ in range(2))
+    bare = min(bare_cluster_start() for _ in range(READY_REPEATS))
+    tf_import = min(one_tensorflow_import() for _ in range(READY_REPEATS))
+    ours = min(our_cluster_ready() for _ in range(READY_REPEATS))
     print(f"cluster ready, {RANKS} ranks with TensorFlow: {ours:.2f} s")
     print(f"bare ipyparallel MPI start {bare:.2f} s + one TensorFlow import {tf_import:.2f} s = {bare + tf_import:.2f} s")
     print(f"  ratio {ours / (bare + tf_import):.2f}x (goal <= 1.5x)")
@@ -185,16 +230,18 @@ def two_rank_epochs(cluster: Cluster, count: int) -> list:
 
 def epoch_part(name: str) -> float:
     spec = MODELS[name]
-    singles = {"defaults": SingleProcess(spec, untuned=False), "untuned": SingleProcess(spec, untuned=True)}
+    rounds, per_round = spec.get("rounds", ROUNDS), spec.get("epochs_per_round", EPOCHS_PER_ROUND)
+    singles = {kind: SingleProcess(spec, untuned=kind == "untuned")
+               for kind in spec.get("singles", ["defaults", "untuned"])}
     ones = {kind: [] for kind in singles}
     twos = []
     try:
         with Cluster(n=2) as cluster:
             cluster.view.execute(EPOCH_SETUP.format(spec=spec, distributed=True, untuned=False)).get()
-            for _ in range(ROUNDS):
+            for _ in range(rounds):
                 for kind, single in singles.items():
-                    ones[kind] += single.epochs(EPOCHS_PER_ROUND)
-                twos += two_rank_epochs(cluster, EPOCHS_PER_ROUND)
+                    ones[kind] += single.epochs(per_round)
+                twos += two_rank_epochs(cluster, per_round)
     finally:
         for single in singles.values():
             single.close()
@@ -202,12 +249,12 @@ def epoch_part(name: str) -> float:
     two_cpu_max = statistics.median(t[1] for t in twos)
     two_cpu_sum = statistics.median(t[2] for t in twos)
     steps = -(-spec["rows"] // spec["batch"])
-    layers = "-".join(map(str, [spec["features"], *spec["hidden"], spec["outputs"]]))
-    print(f"\nepoch of model {name!r} ({layers}, {spec['rows']} rows, global batch {spec['batch']}, {steps} steps), "
-          f"median of {ROUNDS}x{EPOCHS_PER_ROUND} epochs in alternating rounds:")
+    print(f"\nepoch of model {name!r} ({_describe(spec)}, {spec['rows']} rows, global batch {spec['batch']}, "
+          f"{steps} steps), median of {rounds}x{per_round} epochs in alternating rounds:")
     print(f"  2 ranks (cluster):                    wall {two_wall:.3f} s   CPU {two_cpu_max:.3f} s busiest rank, "
           f"{two_cpu_sum:.3f} s both")
-    labels = {"defaults": "one process, TensorFlow defaults:", "untuned": "one process, tf.data autotuning off:"}
+    labels = {kind: label for kind, label in (("defaults", "one process, TensorFlow defaults:"),
+                                              ("untuned", "one process, tf.data autotuning off:")) if kind in ones}
     ratios = {}
     for kind, label in labels.items():
         one_wall = statistics.median(t[0] for t in ones[kind])
@@ -215,23 +262,106 @@ def epoch_part(name: str) -> float:
         ratios[kind] = two_wall / one_wall
         print(f"  {label:<37} wall {one_wall:.3f} s   CPU {one_cpu:.3f} s   "
               f"ratio {ratios[kind]:.2f}x wall, {two_cpu_max / one_cpu:.2f}x CPU of the busiest rank")
-    print(f"  goal: <= 1.5x the untuned process: {ratios['untuned']:.2f}x")
+    print(f"  goal: <= {spec.get('goal', 1.5)}x the untuned process: {ratios['untuned']:.2f}x")
     for kind, label in labels.items():
         print(f"  all epochs, {label:<37} {' '.join(f'{t[0]:.2f}' for t in ones[kind])}")
     print(f"  all epochs, {'2 ranks:':<37} {' '.join(f'{t[0]:.2f}' for t in twos)}")
     return ratios["untuned"]
 
 
+def _describe(spec: dict) -> str:
+    if spec["kind"] == "resnet":
+        return (f"ResNet-style CNN, {spec['image']}x{spec['image']} images, widths {spec['widths']}, "
+                f"blocks {spec['blocks']}")
+    return "-".join(map(str, [spec["features"], *spec["hidden"], spec["outputs"]]))
+
+
+# ------------------------------------------------------------------- one server: 8 ranks vs 2
+
+
+def cluster_epochs(cluster: Cluster, count: int) -> list:
+    """Per epoch: (wall of the slowest rank, CPU of all ranks together)."""
+    cluster.view.execute(f"_bench_times = run_epochs({count})").get()
+    per_rank = cluster.view.pull("_bench_times", block=True)
+    return [(max(t[i][0] for t in per_rank), sum(t[i][1] for t in per_rank)) for i in range(count)]
+
+
+def rank_memory(cluster: Cluster) -> dict:
+    """Median over the ranks of RSS, USS (pages only this rank has) and PSS, in MB."""
+    infos = [psutil.Process(pid).memory_full_info() for pid in cluster.rank_pids.values()]
+    return {field: statistics.median(getattr(info, field) for info in infos) / 2**20 for field in ("rss", "uss", "pss")}
+
+
+def plain_tensorflow_rss() -> float:
+    """RSS (MB) of one plain process that imported TensorFlow and mpi4py and ran one op."""
+    code = ("import tensorflow as tf, psutil; from mpi4py import MPI; tf.constant(1.0) + 1; "
+            "print(psutil.Process().memory_info().rss)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    return int(done.stdout.split()[-1]) / 2**20
+
+
+def server_part(name: str, sizes=(2, 4, 8), rounds: int = 3, per_round: int = 2) -> None:
+    """The same notebook on a full 8-device server and on 2 and 4 ranks, same global batch."""
+    spec = MODELS[name]
+    clusters, ready, memory = {}, {}, {}
+    try:
+        for n in sizes:
+            started = time.perf_counter()
+            clusters[n] = Cluster(n=n).start()
+            ready[n] = time.perf_counter() - started
+            memory[n] = {"ready": rank_memory(clusters[n])}
+            clusters[n].view.execute(EPOCH_SETUP.format(spec=spec, distributed=True, untuned=False)).get()
+        epochs = {n: [] for n in sizes}
+        for _ in range(rounds):
+            for n, cluster in clusters.items():
+                epochs[n] += cluster_epochs(cluster, per_round)
+        for n, cluster in clusters.items():
+            memory[n]["trained"] = rank_memory(cluster)
+    finally:
+        for cluster in clusters.values():
+            cluster.stop()
+    base = min(sizes)
+    print(f"\none server on this {os.cpu_count()}-core machine, model {name!r} ({_describe(spec)}), global batch "
+          f"{spec['batch']} at every size; median of {rounds}x{per_round} epochs in alternating rounds:")
+    wall = {n: statistics.median(t[0] for t in epochs[n]) for n in sizes}
+    for n in sizes:
+        cpu = statistics.median(t[1] for t in epochs[n])
+        print(f"  {n} ranks: cluster ready {ready[n]:6.2f} s ({ready[n] / ready[base]:.2f}x {base} ranks)   "
+              f"epoch {wall[n]:.3f} s ({wall[n] / wall[base]:.2f}x {base} ranks), CPU of all ranks {cpu:.2f} s")
+    top = max(sizes)
+    print(f"  goals: epoch {top} vs {base} ranks <= 1.5x: {wall[top] / wall[base]:.2f}x; "
+          f"ready <= 2x: {ready[top] / ready[base]:.2f}x")
+    print(f"memory per rank (MB, median over the ranks; one plain process with TensorFlow and mpi4py: "
+          f"RSS {plain_tensorflow_rss():.0f}):")
+    print(f"  {'ranks':>5} {'RSS ready':>10} {'RSS trained':>12} {'USS trained':>12} {'PSS trained':>12}")
+    for n in sizes:
+        ready_rss, trained = memory[n]["ready"]["rss"], memory[n]["trained"]
+        print(f"  {n:>5} {ready_rss:10.0f} {trained['rss']:12.0f} {trained['uss']:12.0f} {trained['pss']:12.0f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--part", choices=("ready", "epoch", "all"), default="all")
-    parser.add_argument("--model", choices=(*MODELS, "both"), default="both")
+    parser.add_argument("--part", choices=("ready", "epoch", "server", "all"), default="all")
+    parser.add_argument("--model", choices=(*MODELS, "all"), default="all", help="models of the epoch part")
+    parser.add_argument("--server-ranks", default="2,4,8", help="cluster sizes of the server part")
+    parser.add_argument("--server-model", choices=tuple(MODELS), default="resnet", help="model of the server part")
+    parser.add_argument("--quick", action="store_true",
+                        help="fewer rounds and repetitions, server part at 2 and 8 ranks only (CI)")
     args = parser.parse_args()
+    if args.quick:
+        global ROUNDS, EPOCHS_PER_ROUND, READY_REPEATS
+        ROUNDS, EPOCHS_PER_ROUND, READY_REPEATS = 3, 2, 1
+        args.server_ranks = "2,8"
+    started = time.perf_counter()
     if args.part in ("ready", "all"):
         cluster_ready_part()
     if args.part in ("epoch", "all"):
-        for name in MODELS if args.model == "both" else [args.model]:
+        for name in MODELS if args.model == "all" else [args.model]:
             epoch_part(name)
+    if args.part in ("server", "all"):
+        server_part(args.server_model, tuple(int(n) for n in args.server_ranks.split(",")))
+    print(f"\n(benchmark took {time.perf_counter() - started:.0f} s)")
 
 
 if __name__ == "__main__":

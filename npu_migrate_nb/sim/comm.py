@@ -22,27 +22,32 @@ signature, sequence number). If ranks disagree (they reached different collectiv
 raises :class:`CollectiveMismatchError` naming what each rank was doing, instead of hanging or
 silently mis-summing.
 
-Collectives called from the main thread (eager code) run on one worker thread; the main thread
-waits on it with a timeout loop, so a KeyboardInterrupt or :func:`abort` ends the wait. Called from
-any other thread (TensorFlow's executor threads run the ``numpy_function`` of a ``tf.function`` or
-a TF1 graph; no signal is delivered there), they run in that thread: a hand-off per training step
-would cost two thread switches. MPI calls never overlap (one lock). The MPI call itself cannot be
-cancelled: after an interrupted collective the communicator is marked broken and the rank should
-be restarted. SIGTERM/SIGKILL are never blocked.
+Collectives run in the calling thread, the main thread (eager code) or a TensorFlow executor
+thread (the ``numpy_function`` of a ``tf.function`` or a TF1 graph; the native kernel). Ranks wait
+for each other in the descriptor exchange, a nonblocking MPI call waited on by a loop that tests
+it for a while and then naps (MPICH itself would spin on a core the other ranks compute on; see
+:func:`_wait_politely`): a KeyboardInterrupt or :func:`abort` ends that wait. The data then moves
+in one blocking MPI call with every rank present. MPI calls never overlap (one lock). An MPI call
+cannot be cancelled: after an interrupted collective the communicator is marked broken and the
+rank should be restarted. SIGTERM/SIGKILL are never blocked.
+
+Fused buffers (:func:`_layout`) put each tensor on a 64-byte boundary, so results are aligned
+views TensorFlow adopts without a copy; a single tensor is sent from where it lies; receive
+buffers of 1 MB and more are recycled once nothing refers to them.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
-import queue
 import sys
 import threading
 import time
 import weakref
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
@@ -53,7 +58,6 @@ _MPI_ENV_MARKERS = ("PMI_SIZE", "PMI_RANK", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK",
 _REDUCTIONS = ("sum", "max", "min", "prod")
 _KIND_CODES = {"all_reduce": 1, "broadcast": 2, "barrier": 3}
 _OP_CODES = {None: 0, "sum": 1, "max": 2, "min": 3, "prod": 4}
-_WAIT_SLICE_S = 0.2
 
 
 class CollectiveError(RuntimeError):
@@ -172,7 +176,7 @@ def _load_native_all_reduce() -> None:
         return
     from . import native_all_reduce
 
-    _native = native_all_reduce.load(size())
+    _native = native_all_reduce.load(size(), spin_seconds(size()))
     if _native is not None:
         _mpi_lock = _NativeLock(_native.lib)
 
@@ -181,21 +185,17 @@ def is_initialized() -> bool:
     return _initialized
 
 
-# --------------------------------------------------------------------------- worker thread
+# --------------------------------------------------------------------------- running one collective
 
 @dataclass
 class _Job:
     kind: str
     detail: str
     run: Callable[[], Any]
-    done: threading.Event = field(default_factory=threading.Event)
     result: Any = None
     error: Optional[BaseException] = None
 
 
-_jobs: "queue.Queue[_Job]" = queue.Queue()
-_worker: Optional[threading.Thread] = None
-_worker_lock = threading.Lock()
 _state_lock = threading.Lock()
 _current: Optional[str] = None
 _current_since: Optional[float] = None
@@ -244,48 +244,21 @@ def _run_job(job: _Job) -> None:
             with _state_lock:
                 _current, _current_since = None, None
                 _completed += 1
-            job.done.set()
-
-
-def _worker_loop() -> None:
-    while True:
-        _run_job(_jobs.get())
-
-
-def _ensure_worker() -> None:
-    global _worker
-    with _worker_lock:
-        if _worker is None or not _worker.is_alive():
-            _worker = threading.Thread(target=_worker_loop, name="npu-sim-comm", daemon=True)
-            _worker.start()
 
 
 def _submit(kind: str, detail: str, run: Callable[[], Any]) -> Any:
-    """Run ``run`` on the MPI thread and wait for it, interruptibly."""
-    global _broken
+    """Run one collective in the calling thread; MPI calls never overlap.
+
+    No hand-off to another thread: the wait for the other ranks is a Python loop
+    (:func:`_wait_politely`), so a KeyboardInterrupt or :func:`abort` ends it in the main thread,
+    and a TensorFlow executor thread (``numpy_function``) pays no thread switch per step.
+    """
     if _broken:
         raise CollectiveError(f"communicator unusable: {_broken}; restart the ranks")
     if _abort_reason:
         raise CollectiveAborted(_abort_reason)
     job = _Job(kind, detail, run)
-    if threading.current_thread() is not threading.main_thread():
-        # A TensorFlow executor thread (tf.function, TF1 session): no signal is ever delivered
-        # there, so the hand-off to the MPI thread would buy no interruptibility, only two thread
-        # switches per step. Run it here.
-        _run_job(job)
-        if job.error is not None:
-            raise job.error
-        return job.result
-    _ensure_worker()
-    _jobs.put(job)
-    try:
-        while not job.done.wait(_WAIT_SLICE_S):
-            if _abort_reason:
-                raise CollectiveAborted(f"{_abort_reason} (while waiting in {current_collective() or kind})")
-    except BaseException:
-        if not job.done.is_set():
-            _broken = f"{current_collective() or kind} was interrupted before it completed"
-        raise
+    _run_job(job)
     if job.error is not None:
         raise job.error
     return job.result
@@ -295,7 +268,10 @@ def current_collective() -> Optional[str]:
     """Name of the collective this rank is inside right now, e.g. "all_reduce #12", else None."""
     if _current is None and _native is not None:
         sequence = _native.lib.npu_sim_current()
-        return f"all_reduce #{sequence}" if sequence >= 0 else None
+        if sequence < 0:
+            return None
+        kind = "broadcast" if _native.lib.npu_sim_current_kind() == _KIND_CODES["broadcast"] else "all_reduce"
+        return f"{kind} #{sequence}"
     return _current
 
 
@@ -360,13 +336,60 @@ def _describe(row: np.ndarray) -> str:
     return text + f", {nbytes} bytes, shapes {sig:08x}"
 
 
+_SHORTEST_NAP_S = 50e-6
+_LONGEST_NAP_S = 500e-6
+
+
+def spin_seconds(ranks: int) -> float:
+    """How long a rank polls before it naps (see :func:`_wait_politely`).
+
+    With a core per rank, 20 ms: a rank that naps loses its core, and on a loaded machine getting
+    it back can take longer than the skew between two ranks' steps. With more ranks than cores,
+    200 us: the cores are what the other ranks need to reach the collective.
+    """
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return 0.02 if ranks <= cores else 200e-6
+
+
+_spin_s: Optional[float] = None  # spin_seconds(size()), once known
+
+
+def _wait_politely(request) -> None:
+    """Wait for an MPI request without keeping a core busy for long.
+
+    MPICH waits by polling: a rank blocked in MPI spins on its core. Ranks wait for each other in
+    the descriptor exchange (the first step of every collective); with more ranks than cores (an
+    8-device server on 2 cores) the spinning ranks would take the cores the computing ranks need.
+    So: test for :func:`spin_seconds` (ranks that arrive together pay nothing), then nap between
+    tests, a tenth of the time waited so far, 50 to 500 us: the other ranks, once in, wait at most
+    that long for a napping rank in the data call, and a test every 500 us costs about 1% of a
+    core. Once every rank is in, the data moves in one blocking call with everyone present.
+    """
+    global _broken, _spin_s
+    if _spin_s is None:
+        _spin_s = spin_seconds(size())
+    started = time.perf_counter()
+    try:
+        while not request.Test():
+            if _abort_reason:
+                raise CollectiveAborted(f"{_abort_reason} (while waiting in {current_collective()})")
+            waited = time.perf_counter() - started
+            if waited > _spin_s:
+                time.sleep(min(_LONGEST_NAP_S, max(_SHORTEST_NAP_S, waited / 10)))
+            else:
+                os.sched_yield()  # as MPICH's own polling does: a runnable rank on this core goes first
+    except BaseException:  # KeyboardInterrupt, abort: the request stays pending in MPI
+        _broken = f"{current_collective()} was interrupted before it completed"
+        raise
+
+
 def _agree(kind: str, op: Optional[str], root: int, arrays: Sequence[np.ndarray]) -> None:
     """All-gather a descriptor and raise on every rank if ranks are in different collectives."""
     comm = _mpi().COMM_WORLD
     mine = np.array([_KIND_CODES[kind], _OP_CODES[op], root, sum(a.nbytes for a in arrays),
                      _signature(arrays), _current_sequence], dtype=np.int64)
     everyone = np.empty((comm.Get_size(), mine.size), dtype=np.int64)
-    comm.Allgather(mine, everyone)
+    _wait_politely(comm.Iallgather(mine, everyone))
     # sequence numbers may legitimately differ only if a rank skipped no-op calls; compare the rest
     if not (everyone[:, :5] == mine[:5]).all():
         lines = "; ".join(f"rank {r}: {_describe(row)}" for r, row in enumerate(everyone))
@@ -387,25 +410,47 @@ def _mpi_op(op: str):
     return {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN, "prod": MPI.PROD}[op]
 
 
-def _fuse(arrays: Sequence[np.ndarray], dtype: np.dtype) -> np.ndarray:
-    if len(arrays) == 1:
-        return np.ascontiguousarray(arrays[0], dtype=dtype).reshape(-1)
-    return np.concatenate([np.asarray(a, dtype=dtype).reshape(-1) for a in arrays])
+_ALIGN = 64  # TensorFlow adopts numpy memory without copying only when it is 64-byte aligned
 
 
-def _split(flat: np.ndarray, like: Sequence[np.ndarray]) -> list:
-    out, offset = [], 0
-    for a in like:
-        out.append(flat[offset:offset + a.size].reshape(a.shape))
-        offset += a.size
-    return out
+def _layout(sizes: Sequence[int], itemsize: int) -> tuple:
+    """Offsets (in elements) of each array in a fused buffer, and the buffer's length.
+
+    Each array starts on a 64-byte boundary, so each result is an aligned view that TensorFlow
+    adopts without a copy. The native kernel uses the same layout: the same count goes on the wire.
+    """
+    per_line = _ALIGN // itemsize
+    offsets, end = [], 0
+    for size in sizes:
+        start = -(-end // per_line) * per_line
+        offsets.append(start)
+        end = start + size
+    return offsets, end
+
+
+_ZEROS = np.zeros(_ALIGN, np.uint8)
+
+
+def _fuse_into(buffer: np.ndarray, arrays: Sequence[np.ndarray], offsets: Sequence[int]) -> None:
+    """Copy ``arrays`` to their ``offsets`` in ``buffer`` in one numpy call (hundreds of gradients:
+    a copy per array would cost more than the reduction); the padding between them is zeroed."""
+    pieces, end = [], 0
+    for a, start in zip(arrays, offsets):
+        if start > end:  # the padding travels too: keep it harmless for every reduction
+            pieces.append(_ZEROS[:start - end])
+        pieces.append(a.reshape(-1))
+        end = start + a.size
+    np.concatenate(pieces, out=buffer[:end], casting="unsafe")
+
+
+def _split(flat: np.ndarray, like: Sequence[np.ndarray], offsets: Sequence[int]) -> list:
+    return [flat[start:start + a.size].reshape(a.shape) for a, start in zip(like, offsets)]
 
 
 # Receive buffers of 1 MB and more are recycled: faulting in fresh pages costs about as much as
 # the reduction itself. A buffer is free again once no array view or TF tensor refers to it.
 _POOL_MIN_BYTES = 1 << 20
 _POOL_MAX_BYTES = 512 << 20
-_ALIGN = 64  # TensorFlow adopts numpy memory without copying only when it is 64-byte aligned
 _pool: "dict[int, list[np.ndarray]]" = {}
 
 
@@ -436,9 +481,16 @@ def _aligned_empty(count: int, dtype: np.dtype) -> np.ndarray:
 
 def _allreduce_group(arrays: Sequence[np.ndarray], op: str, scale, divisor) -> list:
     dtype = arrays[0].dtype
-    send = _fuse(arrays, _reduce_dtype(dtype))
-    recv = _aligned_empty(send.size, send.dtype)
-    _mpi().COMM_WORLD.Allreduce(send, recv, op=_mpi_op(op))
+    wire = _reduce_dtype(dtype)
+    offsets, count = _layout([a.size for a in arrays], wire.itemsize)
+    recv = _aligned_empty(count, wire)
+    MPI = _mpi()
+    if len(arrays) == 1 and arrays[0].dtype == wire and arrays[0].flags.c_contiguous:
+        send = arrays[0].reshape(-1)  # sent from where it lies
+    else:
+        _fuse_into(recv, arrays, offsets)
+        send = MPI.IN_PLACE
+    MPI.COMM_WORLD.Allreduce(send, recv, op=_mpi_op(op))
     if recv.dtype != dtype:
         recv = recv.astype(dtype)
     if np.issubdtype(recv.dtype, np.floating) or dtype.name == "bfloat16":
@@ -446,7 +498,7 @@ def _allreduce_group(arrays: Sequence[np.ndarray], op: str, scale, divisor) -> l
             np.multiply(recv, recv.dtype.type(scale), out=recv)
         if divisor is not None:
             np.divide(recv, recv.dtype.type(divisor), out=recv)
-    return _split(recv, arrays)
+    return _split(recv, arrays, offsets)
 
 
 def allreduce_arrays(arrays: Sequence[np.ndarray], op: str = "sum", scale: Optional[float] = None,
@@ -491,7 +543,8 @@ def _scaled_copies(arrays, scale, divisor) -> list:
 
 
 def broadcast_arrays(arrays: Sequence[np.ndarray], root: int = 0) -> list:
-    """Broadcast numpy arrays from ``root`` as ONE byte buffer; returns new arrays."""
+    """Broadcast numpy arrays from ``root`` as ONE byte buffer; returns the arrays received (on the
+    root, a single array comes back as it was given: it is what everyone received)."""
     arrays = [np.ascontiguousarray(a) for a in arrays]
     for a in arrays:
         if a.dtype == object:
@@ -504,15 +557,19 @@ def broadcast_arrays(arrays: Sequence[np.ndarray], root: int = 0) -> list:
 
     def run():
         _agree("broadcast", None, root, arrays)
-        buf = _aligned_empty(sum(a.nbytes for a in arrays), np.uint8)
+        if len(arrays) == 1:  # sent from where it lies, received into one buffer: no fusing
+            if rank() == root:
+                _mpi().COMM_WORLD.Bcast(arrays[0].reshape(-1).view(np.uint8), root=root)
+                return [arrays[0]]
+            buffer = _aligned_empty(arrays[0].size, arrays[0].dtype)
+            _mpi().COMM_WORLD.Bcast(buffer.view(np.uint8), root=root)  # bytes, as the native kernel sends
+            return [buffer.reshape(arrays[0].shape)]
+        offsets, count = _layout([a.nbytes for a in arrays], 1)
+        buffer = _aligned_empty(count, np.uint8)
         if rank() == root:
-            np.concatenate([a.reshape(-1).view(np.uint8) for a in arrays], out=buf)
-        _mpi().COMM_WORLD.Bcast(buf, root=root)
-        out, offset = [], 0
-        for a in arrays:
-            out.append(buf[offset:offset + a.nbytes].view(a.dtype).reshape(a.shape))
-            offset += a.nbytes
-        return out
+            _fuse_into(buffer, [a.reshape(-1).view(np.uint8) for a in arrays], offsets)
+        _mpi().COMM_WORLD.Bcast(buffer, root=root)
+        return [buffer[start:start + a.nbytes].view(a.dtype).reshape(a.shape) for a, start in zip(arrays, offsets)]
 
     return _submit("broadcast", f"root {root}", run)
 
@@ -582,17 +639,46 @@ def _chained(chain: str, build: Callable[[], list]) -> list:
     return outs
 
 
-def _native_kernel_for(tensors: list):
-    """The native all-reduce when it can take these tensors (one dtype it registers), else None."""
+_numpy_path_forced = False  # see numpy_path_in_graphs
+
+
+@contextlib.contextmanager
+def numpy_path_in_graphs():
+    """Graph collectives built inside take the numpy_function path (to compare the two paths)."""
+    global _numpy_path_forced
+    _numpy_path_forced = True
+    try:
+        yield
+    finally:
+        _numpy_path_forced = False
+
+
+def _native_kernels():
+    """The loaded native kernels when graph collectives may use them, else None."""
     if size() == 1:
         return None
     _require_init()
-    if _native is None:
-        return None
+    return None if _numpy_path_forced else _native
+
+
+def _native_kernel_for(tensors: list):
+    """The native all-reduce when it can take these tensors (one dtype it registers), else None."""
     from .native_all_reduce import DTYPES
 
     dtypes = {t.dtype.name for t in tensors}
-    return _native if len(dtypes) == 1 and dtypes <= set(DTYPES) else None
+    return _native_kernels() if len(dtypes) == 1 and dtypes <= set(DTYPES) else None
+
+
+def _native_broadcast_for(tensors: list, root: int):
+    """The native broadcast when it can take these tensors' dtypes, else None."""
+    from .native_all_reduce import BROADCAST_DTYPES
+
+    native = _native_kernels()
+    if native is None or not {t.dtype.name for t in tensors} <= set(BROADCAST_DTYPES):
+        return None
+    if not 0 <= root < size():
+        raise ValueError(f"root_rank {root} is outside 0..{size() - 1}")
+    return native
 
 
 def _eager_array(tensor) -> np.ndarray:
@@ -604,7 +690,7 @@ def _eager_array(tensor) -> np.ndarray:
 def _eager_tensor(array: np.ndarray):
     """Wrap a numpy result as an eager tensor, sharing its memory when TensorFlow allows."""
     import tensorflow as tf
-    if array.flags.c_contiguous and array.ctypes.data % _ALIGN == 0 and array.size:
+    if array.flags.c_contiguous and array.__array_interface__["data"][0] % _ALIGN == 0 and array.size:
         try:
             return tf.experimental.dlpack.from_dlpack(array.__dlpack__())
         except Exception:  # dtype DLPack cannot carry (bool, bfloat16...): copy instead
@@ -661,5 +747,12 @@ def broadcast(values: Sequence, root: int = 0) -> list:
         return broadcast_arrays(arrays, root)
 
     if _in_graph():
+        native = _native_broadcast_for(tensors, root)
+        if native is not None:
+            return _chained("broadcast", lambda: list(native.ops.npu_sim_broadcast(tensors, root=root,
+                                                                                   name="broadcast")))
         return _graph_collective("broadcast", tensors, numpy_fn)
-    return [_eager_tensor(a) for a in numpy_fn([_eager_array(t) for t in tensors])]
+    arrays = [_eager_array(t) for t in tensors]
+    received = numpy_fn(arrays)
+    # tensors are immutable: what the root sent as it was is its own tensor
+    return [t if r is a else _eager_tensor(r) for t, a, r in zip(tensors, arrays, received)]

@@ -1,23 +1,27 @@
-// The simulator's all-reduce as a TensorFlow kernel: what comm.all_reduce does in a graph, without
-// the numpy_function round trip (the GIL, a Python call, numpy conversions) at every training step.
+// The simulator's all-reduce (and broadcast, at the end) as TensorFlow kernels: what comm.all_reduce
+// does in a graph, without the numpy_function round trip (the GIL, a Python call, numpy
+// conversions) at every training step.
 //
-// Same contract as comm.allreduce_arrays: the call's tensors (one dtype) are fused into one buffer,
-// a descriptor (kind, op, root, bytes, shape signature, sequence) is all-gathered first and every
+// Same contract as comm.allreduce_arrays: the call's tensors (one dtype) are fused into one buffer
+// (comm._layout: each at a 64-byte boundary; a single tensor is sent from where it lies), a
+// descriptor (kind, op, root, bytes, shape signature, sequence) is all-gathered first and every
 // rank fails with the same message when ranks disagree, one MPI_Allreduce carries the data, and
 // float32 results are multiplied by `scale` and divided by `divisor` afterwards (a float attr is 32-bit:
 // float64 tensors stay on the numpy path, whose scale is exact in their precision).
 //
-// MPI is not linked: comm.py hands over MPI_Allreduce/MPI_Allgather and the communicator, datatype
+// MPI is not linked: comm.py hands over MPI_Allreduce/MPI_Iallgather/MPI_Test and the communicator, datatype
 // and op handles of the process's mpi4py (MPICH ABI: int handles). The MPI lock, the sequence
 // counter and "which collective am I in" live here and are shared with the Python paths through
 // the extern "C" functions below, so the two paths stay one ordered stream of collectives.
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
 #include <mutex>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tensorflow/core/framework/op.h"
@@ -29,29 +33,62 @@ using namespace tensorflow;
 namespace {
 
 typedef int (*AllreduceFn)(const void*, void*, int, int, int, int);
-typedef int (*AllgatherFn)(const void*, int, int, void*, int, int, int);
+typedef int (*IallgatherFn)(const void*, int, int, void*, int, int, int, int*);
+typedef int (*TestFn)(int*, int*, void*);
+typedef int (*BcastFn)(void*, int, int, int, int);
 
 struct Mpi {
   AllreduceFn allreduce = nullptr;
-  AllgatherFn allgather = nullptr;
+  IallgatherFn iallgather = nullptr;
+  TestFn test = nullptr;
+  BcastFn bcast = nullptr;
+  int byte_type = 0;
   int comm = 0, int64_type = 0, float_type = 0, int32_type = 0;
   int sum = 0, max = 0, min = 0, prod = 0;
-  int size = 1;
+  int size = 1, rank = 0;
+  void* in_place = nullptr;  // MPI_IN_PLACE
+  int64_t spin_ns = 200000;  // comm.spin_seconds
 };
 
 Mpi g_mpi;
 std::mutex g_lock;                        // MPI calls never overlap (comm._mpi_lock's twin)
 std::atomic<int64_t> g_sequence{0};       // one counter for every collective of the process
 std::atomic<int64_t> g_current{-1};       // sequence of the native collective in progress, or -1
+std::atomic<int> g_current_kind{0};       // and its kind (comm._KIND_CODES)
 std::atomic<int64_t> g_current_since_ns{0};
 std::atomic<int> g_aborted{0};
 std::atomic<int64_t> g_completed{0};
 
 const int kAllReduce = 1;                 // comm._KIND_CODES["all_reduce"]
+const int kBroadcast = 2;                 // comm._KIND_CODES["broadcast"]
 
 int64_t MonotonicNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// comm._wait_politely: MPICH waits by polling, so a rank blocked in MPI keeps a core busy; ranks
+// wait for each other in the descriptor exchange (the first step of every collective), and with
+// more ranks than cores their spinning would take the cores the computing ranks need. Test for
+// comm.spin_seconds, then nap between tests, a tenth of the time waited so far, 50 to 500 us.
+// An abort (npu_sim_abort) ends the wait; the request then stays pending: restart the ranks.
+Status WaitPolitely(int* request, const char* kind, int64_t sequence) {
+  const int64_t started = MonotonicNs();
+  void* const status_ignore = reinterpret_cast<void*>(1);  // MPICH's MPI_STATUS_IGNORE
+  for (;;) {
+    int done = 0;
+    if (g_mpi.test(request, &done, status_ignore) != 0) return errors::Internal("MPI_Test failed");
+    if (done) return OkStatus();
+    if (g_aborted.load()) {
+      return errors::Aborted("aborted by the runner (while waiting in ", kind, " #", sequence, ")");
+    }
+    const int64_t waited_ns = MonotonicNs() - started;
+    if (waited_ns > g_mpi.spin_ns) {
+      std::this_thread::sleep_for(std::chrono::nanoseconds(std::clamp<int64_t>(waited_ns / 10, 50000, 500000)));
+    } else {
+      std::this_thread::yield();  // as MPICH's own polling does: a runnable rank on this core goes first
+    }
+  }
 }
 
 uint32_t Crc32(const std::string& text) {  // zlib.crc32
@@ -96,6 +133,63 @@ std::string Describe(const int64_t* row) {
   return out.str();
 }
 
+// One collective of the process's ordered stream: holds the MPI lock, takes the next sequence
+// number and is "the collective in progress" (npu_sim_current) while it lives.
+class InCollective {
+ public:
+  explicit InCollective(int kind) : guard_(g_lock), sequence_(g_sequence.fetch_add(1)) {
+    g_current_since_ns.store(MonotonicNs());
+    g_current_kind.store(kind);
+    g_current.store(sequence_);
+  }
+  ~InCollective() {
+    g_current.store(-1);
+    g_completed.fetch_add(1);
+  }
+  int64_t sequence() const { return sequence_; }
+
+ private:
+  std::lock_guard<std::mutex> guard_;
+  int64_t sequence_;
+};
+
+// comm._agree: all-gather the descriptor; every rank fails with the same message if ranks differ.
+Status Agree(int64_t kind, int64_t op, int64_t root, int64_t bytes, int64_t signature, int64_t sequence) {
+  int64_t mine[6] = {kind, op, root, bytes, signature, sequence};
+  std::vector<int64_t> everyone(6 * g_mpi.size);
+  int request = 0;
+  if (g_mpi.iallgather(mine, 6, g_mpi.int64_type, everyone.data(), 6, g_mpi.int64_type, g_mpi.comm, &request) != 0) {
+    return errors::Internal("MPI_Iallgather failed");
+  }
+  TF_RETURN_IF_ERROR(WaitPolitely(&request, kind == kBroadcast ? "broadcast" : "all_reduce", sequence));
+  bool agree = true;
+  for (int r = 0; r < g_mpi.size && agree; ++r) {
+    for (int k = 0; k < 5; ++k) agree = agree && everyone[6 * r + k] == mine[k];
+  }
+  if (agree) return OkStatus();
+  std::ostringstream lines;
+  for (int r = 0; r < g_mpi.size; ++r) {
+    lines << (r ? "; " : "") << "rank " << r << ": " << Describe(&everyone[6 * r]);
+  }
+  return errors::InvalidArgument("ranks reached different collectives: ", lines.str());
+}
+
+// numpy's dtype.str of each dtype the broadcast kernel takes (comm._signature)
+const char* NumpyDtypeStr(DataType dtype) {
+  switch (dtype) {
+    case DT_FLOAT: return "<f4";
+    case DT_DOUBLE: return "<f8";
+    case DT_HALF: return "<f2";
+    case DT_INT8: return "|i1";
+    case DT_UINT8: return "|u1";
+    case DT_INT16: return "<i2";
+    case DT_INT32: return "<i4";
+    case DT_INT64: return "<i8";
+    case DT_BOOL: return "|b1";
+    default: return "?";
+  }
+}
+
 template <typename T> const char* DtypeStr();
 template <> const char* DtypeStr<float>() { return "<f4"; }
 template <> const char* DtypeStr<int32>() { return "<i4"; }
@@ -110,12 +204,18 @@ template <> int MpiType<int64_t>() { return g_mpi.int64_type; }
 
 extern "C" {
 
-void npu_sim_configure(void* allreduce, void* allgather, int size, int comm, int int64_type, int float_type,
-                       int int32_type, int sum, int max, int min, int prod) {
+void npu_sim_configure(void* allreduce, void* iallgather, void* test, void* bcast, void* in_place, int64_t spin_ns, int size, int rank, int comm,
+                       int int64_type, int float_type, int int32_type, int byte_type, int sum, int max, int min, int prod) {
+  g_mpi.bcast = reinterpret_cast<BcastFn>(bcast);
+  g_mpi.byte_type = byte_type;
   g_mpi.allreduce = reinterpret_cast<AllreduceFn>(allreduce);
-  g_mpi.allgather = reinterpret_cast<AllgatherFn>(allgather);
+  g_mpi.iallgather = reinterpret_cast<IallgatherFn>(iallgather);
+  g_mpi.test = reinterpret_cast<TestFn>(test);
+  g_mpi.in_place = in_place;
+  g_mpi.spin_ns = spin_ns;
   g_mpi.comm = comm;
   g_mpi.size = size;
+  g_mpi.rank = rank;
   g_mpi.int64_type = int64_type;
   g_mpi.float_type = float_type;
   g_mpi.int32_type = int32_type;
@@ -129,6 +229,7 @@ void npu_sim_lock() { g_lock.lock(); }
 void npu_sim_unlock() { g_lock.unlock(); }
 int64_t npu_sim_next_sequence() { return g_sequence.fetch_add(1); }
 int64_t npu_sim_current() { return g_current.load(); }
+int npu_sim_current_kind() { return g_current_kind.load(); }
 int64_t npu_sim_completed() { return g_completed.load(); }
 double npu_sim_current_seconds() {
   return g_current.load() < 0 ? -1.0 : (MonotonicNs() - g_current_since_ns.load()) / 1e9;
@@ -172,70 +273,84 @@ class NpuSimAllReduceOp : public OpKernel {
     OP_REQUIRES(context, !g_aborted.load(),
                 errors::Aborted("aborted by the runner (while starting an all_reduce)"));
 
-    int64_t count = 0;
+    // comm._layout: every tensor starts on a 64-byte boundary of the fused buffer, so that each
+    // output can be a slice of it (TensorFlow's kernels need aligned tensors); the wire count is
+    // the same on the numpy path.
+    std::vector<int64_t> offsets(values.size());
+    int64_t count = 0, bytes = 0;
     std::string signature;
     for (int i = 0; i < values.size(); ++i) {
-      count += values[i].NumElements();
+      offsets[i] = i ? RoundUp(count) : 0;
+      count = offsets[i] + values[i].NumElements();
+      bytes += values[i].NumElements() * sizeof(T);
       signature += (i ? ";" : "") + std::string(DtypeStr<T>()) + ShapeText(values[i].shape());
     }
     OP_REQUIRES(context, count <= INT32_MAX, errors::InvalidArgument("all_reduce of over 2**31 elements"));
-    // TensorFlow's allocator: aligned, reused between steps, not zero-filled.
-    Tensor send_buffer, receive_buffer;
-    OP_REQUIRES_OK(context, context->allocate_temp(DataTypeToEnum<T>::value, TensorShape({count}), &send_buffer));
-    OP_REQUIRES_OK(context, context->allocate_temp(DataTypeToEnum<T>::value, TensorShape({count}), &receive_buffer));
-    T* send = send_buffer.flat<T>().data();
-    T* receive = receive_buffer.flat<T>().data();
-    int64_t offset = 0;
-    for (int i = 0; i < values.size(); ++i) {
-      auto flat = values[i].flat<T>();
-      std::memcpy(send + offset, flat.data(), flat.size() * sizeof(T));
-      offset += flat.size();
+
+    Tensor fused = FreeBuffer(count);
+    T* receive = fused.flat<T>().data();
+    const T* send = values[0].flat<T>().data();
+    if (values.size() > 1) {  // fused in the receive buffer, reduced in place: one copy, no staging buffer
+      int64_t end = 0;
+      for (int i = 0; i < values.size(); ++i) {
+        std::fill(receive + end, receive + offsets[i], T(0));  // the padding, reduced with the rest
+        std::memcpy(receive + offsets[i], values[i].flat<T>().data(), values[i].NumElements() * sizeof(T));
+        end = offsets[i] + values[i].NumElements();
+      }
+      send = reinterpret_cast<const T*>(g_mpi.in_place);
     }
 
-    OP_REQUIRES_OK(context, Exchange(send, receive, count, Crc32(signature)));
+    OP_REQUIRES_OK(context, Exchange(send, receive, count, bytes, Crc32(signature)));
 
-    const bool floating = std::is_floating_point<T>::value;
-    offset = 0;
+    if (std::is_floating_point<T>::value) Rescale(receive, count);
     for (int i = 0; i < values.size(); ++i) {
-      Tensor* out = nullptr;
-      OP_REQUIRES_OK(context, reduced.allocate(i, values[i].shape(), &out));
-      auto flat = out->flat<T>();
-      for (int64_t j = 0; j < flat.size(); ++j) {
-        T value = receive[offset + j];
-        if (floating) {
-          if (scale_ != 1.0f) value = value * static_cast<T>(scale_);
-          if (divisor_ != 1.0f) value = value / static_cast<T>(divisor_);
-        }
-        flat(j) = value;
-      }
-      offset += flat.size();
+      Tensor out;
+      Tensor piece = fused.Slice(offsets[i], offsets[i] + values[i].NumElements());
+      OP_REQUIRES(context, out.CopyFrom(piece, values[i].shape()) && out.IsAligned(),
+                  errors::Internal("misaligned all_reduce output"));
+      reduced.set(i, out);
     }
   }
 
  private:
-  Status Exchange(const T* send, T* receive, int64_t count, int64_t signature) {
-    std::lock_guard<std::mutex> guard(g_lock);
-    int64_t sequence = g_sequence.fetch_add(1);
-    g_current_since_ns.store(MonotonicNs());
-    g_current.store(sequence);
-    struct Done { ~Done() { g_current.store(-1); g_completed.fetch_add(1); } } done;
+  static int64_t RoundUp(int64_t elements) {
+    const int64_t per_line = 64 / sizeof(T);
+    return (elements + per_line - 1) / per_line * per_line;
+  }
 
-    int64_t mine[6] = {kAllReduce, op_code_, 0, static_cast<int64_t>(count * sizeof(T)), signature, sequence};
-    std::vector<int64_t> everyone(6 * g_mpi.size);
-    if (g_mpi.allgather(mine, 6, g_mpi.int64_type, everyone.data(), 6, g_mpi.int64_type, g_mpi.comm) != 0) {
-      return errors::Internal("MPI_Allgather failed");
+  // A fused buffer of `count` elements that no output of an earlier step still uses. Fresh pages
+  // cost as much as the reduction itself (a 64 MB tensor is above malloc's mmap threshold, so
+  // TensorFlow's CPU allocator maps and faults it in at every step): buffers are kept and reused.
+  Tensor FreeBuffer(int64_t count) {
+    mutex_lock guard(pool_lock_);
+    for (const Tensor& buffer : pool_) {
+      if (buffer.NumElements() == count && buffer.RefCountIsOne()) return buffer;
     }
-    bool agree = true;
-    for (int r = 0; r < g_mpi.size && agree; ++r) {
-      for (int k = 0; k < 5; ++k) agree = agree && everyone[6 * r + k] == mine[k];
+    Tensor buffer(DataTypeToEnum<T>::value, TensorShape({count}));
+    if (pool_.size() >= kPoolSize) pool_.erase(pool_.begin());
+    pool_.push_back(buffer);
+    return buffer;
+  }
+
+  // float32 only (float64 stays on the numpy path); exact IEEE operations, the numpy path's bits.
+  void Rescale(T* data, int64_t count) const {
+    if (scale_ != 1.0f) {
+      const T scale = static_cast<T>(scale_);
+      for (int64_t j = 0; j < count; ++j) data[j] *= scale;
     }
-    if (!agree) {
-      std::ostringstream lines;
-      for (int r = 0; r < g_mpi.size; ++r) {
-        lines << (r ? "; " : "") << "rank " << r << ": " << Describe(&everyone[6 * r]);
-      }
-      return errors::InvalidArgument("ranks reached different collectives: ", lines.str());
+    if (divisor_ != 1.0f) {
+      const T divisor = static_cast<T>(divisor_);
+      for (int64_t j = 0; j < count; ++j) data[j] /= divisor;
     }
+  }
+
+  static constexpr size_t kPoolSize = 2;  // the buffer in use by this step's consumers, and the next
+  mutex pool_lock_;
+  std::vector<Tensor> pool_;
+
+  Status Exchange(const T* send, T* receive, int64_t count, int64_t bytes, int64_t signature) {
+    InCollective collective(kAllReduce);
+    TF_RETURN_IF_ERROR(Agree(kAllReduce, op_code_, 0, bytes, signature, collective.sequence()));
     int op = op_code_ == 1 ? g_mpi.sum : op_code_ == 2 ? g_mpi.max : op_code_ == 3 ? g_mpi.min : g_mpi.prod;
     if (g_mpi.allreduce(send, receive, static_cast<int>(count), MpiType<T>(), op, g_mpi.comm) != 0) {
       return errors::Internal("MPI_Allreduce failed");
@@ -253,3 +368,92 @@ REGISTER(float);
 REGISTER(int32);
 REGISTER(int64_t);
 #undef REGISTER
+
+// comm.broadcast_arrays in a graph: one MPI_Bcast of the call's tensors as bytes (comm._layout,
+// 64-byte boundaries). The root's outputs are its inputs; a single tensor is sent from where it
+// lies; other ranks' outputs are slices of a recycled receive buffer.
+REGISTER_OP("NpuSimBroadcast")
+    .Input("values: T")
+    .Output("received: T")
+    .Attr("T: list({float, double, half, int8, uint8, int16, int32, int64, bool})")
+    .Attr("root: int")
+    .SetIsStateful()
+    .SetShapeFn([](shape_inference::InferenceContext* c) {
+      for (int i = 0; i < c->num_inputs(); ++i) c->set_output(i, c->input(i));
+      return OkStatus();
+    });
+
+class NpuSimBroadcastOp : public OpKernel {
+ public:
+  explicit NpuSimBroadcastOp(OpKernelConstruction* context) : OpKernel(context) {
+    OP_REQUIRES_OK(context, context->GetAttr("root", &root_));
+  }
+
+  void Compute(OpKernelContext* context) override {
+    OpInputList values;
+    OP_REQUIRES_OK(context, context->input_list("values", &values));
+    OP_REQUIRES(context, g_mpi.bcast != nullptr,
+                errors::FailedPrecondition("the simulator's native collectives are not configured"));
+    OP_REQUIRES(context, !g_aborted.load(),
+                errors::Aborted("aborted by the runner (while starting a broadcast)"));
+    std::vector<int64_t> offsets(values.size());
+    int64_t end = 0, bytes = 0;
+    std::string signature;
+    for (int i = 0; i < values.size(); ++i) {
+      const int64_t size = values[i].TotalBytes();
+      offsets[i] = (end + 63) / 64 * 64;
+      end = offsets[i] + size;
+      bytes += size;
+      signature += (i ? ";" : "") + std::string(NumpyDtypeStr(values[i].dtype())) + ShapeText(values[i].shape());
+    }
+    OP_REQUIRES(context, end <= INT32_MAX, errors::InvalidArgument("broadcast of over 2 GB"));
+    const bool root = g_mpi.rank == root_;
+    const bool in_place = root && values.size() == 1;
+    Tensor fused = in_place ? Tensor() : FreeBuffer(end);
+    uint8_t* buffer = in_place ? const_cast<uint8_t*>(reinterpret_cast<const uint8_t*>(values[0].tensor_data().data()))
+                               : reinterpret_cast<uint8_t*>(fused.flat<int8>().data());
+    if (root && !in_place) {
+      int64_t filled = 0;
+      for (int i = 0; i < values.size(); ++i) {
+        std::memset(buffer + filled, 0, offsets[i] - filled);
+        std::memcpy(buffer + offsets[i], values[i].tensor_data().data(), values[i].TotalBytes());
+        filled = offsets[i] + values[i].TotalBytes();
+      }
+    }
+    {
+      InCollective collective(kBroadcast);
+      OP_REQUIRES_OK(context, Agree(kBroadcast, 0, root_, bytes, Crc32(signature), collective.sequence()));
+      OP_REQUIRES(context, g_mpi.bcast(buffer, static_cast<int>(end), g_mpi.byte_type, root_, g_mpi.comm) == 0,
+                  errors::Internal("MPI_Bcast failed"));
+    }
+    for (int i = 0; i < values.size(); ++i) {
+      if (root) {
+        context->set_output(i, values[i]);
+        continue;
+      }
+      Tensor out;
+      OP_REQUIRES_OK(context, out.BitcastFrom(fused.Slice(offsets[i], offsets[i] + values[i].TotalBytes()),
+                                              values[i].dtype(), values[i].shape()));
+      OP_REQUIRES(context, out.IsAligned(), errors::Internal("misaligned broadcast output"));
+      context->set_output(i, out);
+    }
+  }
+
+ private:
+  Tensor FreeBuffer(int64_t bytes) {  // as NpuSimAllReduceOp::FreeBuffer
+    mutex_lock guard(pool_lock_);
+    for (const Tensor& buffer : pool_) {
+      if (buffer.NumElements() == bytes && buffer.RefCountIsOne()) return buffer;
+    }
+    Tensor buffer(DT_INT8, TensorShape({bytes}));
+    if (pool_.size() >= 2) pool_.erase(pool_.begin());
+    pool_.push_back(buffer);
+    return buffer;
+  }
+
+  int root_ = 0;
+  mutex pool_lock_;
+  std::vector<Tensor> pool_;
+};
+
+REGISTER_KERNEL_BUILDER(Name("NpuSimBroadcast").Device(DEVICE_CPU), NpuSimBroadcastOp);

@@ -1,8 +1,9 @@
-"""Build, load and configure the native all-reduce kernel (``native_all_reduce.cc``).
+"""Build, load and configure the native collective kernels (``native_all_reduce.cc``): the all-reduce
+and the broadcast of graphs.
 
 In a graph (``tf.function``, Keras ``fit``, TF1 sessions) an all-reduce through ``numpy_function``
-pays the GIL, a Python call and numpy conversions at every step; the kernel does the same work in
-C++ (see the .cc for the contract it shares with :mod:`comm`). It is compiled once per machine, the
+pays the GIL, a Python call and numpy conversions at every step; the kernels do the same work in
+C++ (see the .cc for the contract they share with :mod:`comm`). It is compiled once per machine, the
 way TensorFlow documents custom ops (``g++`` with ``tf.sysconfig`` flags), into the user's cache
 directory under a name keyed by the source, TensorFlow version and flags; ranks that start together
 wait for one build (a file lock), and the file appears atomically.
@@ -29,7 +30,8 @@ logger = logging.getLogger("npu_migrate_nb.sim")
 
 SWITCH = "NPU_SIM_NATIVE"
 SOURCE = Path(__file__).with_name("native_all_reduce.cc")
-DTYPES = ("float32", "int32", "int64")  # what the kernel registers; others take the numpy path
+DTYPES = ("float32", "int32", "int64")  # what the all-reduce kernel registers; others take the numpy path
+BROADCAST_DTYPES = ("float32", "float64", "float16", "int8", "uint8", "int16", "int32", "int64", "bool")
 
 
 @dataclass
@@ -41,19 +43,19 @@ class NativeAllReduce:
 _loaded: Optional[object] = None  # a NativeAllReduce, or False once a load failed
 
 
-def load(world_size: int) -> Optional[NativeAllReduce]:
+def load(world_size: int, spin_seconds: float) -> Optional[NativeAllReduce]:
     """The configured kernel for this MPI process, or None (reason logged once)."""
     global _loaded
     if _loaded is None:
         try:
-            _loaded = _load(world_size) or False
+            _loaded = _load(world_size, spin_seconds) or False
         except Exception as exc:  # a missing compiler or header must not stop a simulation
             logger.warning("npu_migrate_nb: native all-reduce unavailable, using numpy_function (%s)", exc)
             _loaded = False
     return _loaded or None
 
 
-def _load(world_size: int) -> Optional[NativeAllReduce]:
+def _load(world_size: int, spin_seconds: float) -> Optional[NativeAllReduce]:
     if os.environ.get(SWITCH, "1") == "0":
         return None
     import tensorflow as tf
@@ -66,18 +68,21 @@ def _load(world_size: int) -> Optional[NativeAllReduce]:
     lib = ctypes.CDLL(str(path))
     _declare(lib)
     mpi = ctypes.CDLL(_libmpi_path())
-    handles = (MPI.COMM_WORLD, MPI.INT64_T, MPI.FLOAT, MPI.INT32_T, MPI.SUM, MPI.MAX, MPI.MIN, MPI.PROD)
-    lib.npu_sim_configure(ctypes.cast(mpi.MPI_Allreduce, ctypes.c_void_p),
-                          ctypes.cast(mpi.MPI_Allgather, ctypes.c_void_p),
-                          world_size, *[MPI._handleof(handle) for handle in handles])
+    handles = (MPI.COMM_WORLD, MPI.INT64_T, MPI.FLOAT, MPI.INT32_T, MPI.BYTE, MPI.SUM, MPI.MAX, MPI.MIN, MPI.PROD)
+    functions = (mpi.MPI_Allreduce, mpi.MPI_Iallgather, mpi.MPI_Test, mpi.MPI_Bcast)
+    lib.npu_sim_configure(*[ctypes.cast(function, ctypes.c_void_p) for function in functions],
+                          ctypes.c_void_p(int(MPI.IN_PLACE) & (2**64 - 1)), int(spin_seconds * 1e9),
+                          world_size, MPI.COMM_WORLD.Get_rank(),
+                          *[MPI._handleof(handle) for handle in handles])
     return NativeAllReduce(ops, lib)
 
 
 def _declare(lib: ctypes.CDLL) -> None:
-    lib.npu_sim_configure.argtypes = [ctypes.c_void_p, ctypes.c_void_p] + [ctypes.c_int] * 9
+    lib.npu_sim_configure.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64] + [ctypes.c_int] * 11
     lib.npu_sim_configure.restype = None
     for name in ("npu_sim_next_sequence", "npu_sim_current", "npu_sim_completed"):
         getattr(lib, name).restype = ctypes.c_int64
+    lib.npu_sim_current_kind.restype = ctypes.c_int
     lib.npu_sim_current_seconds.restype = ctypes.c_double
     for name in ("npu_sim_lock", "npu_sim_unlock", "npu_sim_abort"):
         getattr(lib, name).restype = None
@@ -98,7 +103,7 @@ def built_library(tf) -> Path:
     compiler = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
     if not compiler:
         raise RuntimeError("no C++ compiler (g++) to build it")
-    flags = ["-shared", "-fPIC", "-O2", *tf.sysconfig.get_compile_flags(), *tf.sysconfig.get_link_flags()]
+    flags = ["-shared", "-fPIC", "-O3", *tf.sysconfig.get_compile_flags(), *tf.sysconfig.get_link_flags()]
     key = hashlib.sha256(SOURCE.read_bytes() + " ".join([tf.__version__, compiler, *flags]).encode()).hexdigest()
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "npu_migrate_nb"
     target = cache / f"native_all_reduce-{key[:16]}.so"

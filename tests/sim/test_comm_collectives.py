@@ -153,6 +153,21 @@ same["int64"] = np.array_equal(reduce_in_graph([tf.constant(integers[0])], "sum"
 result["same_as_numpy_path"] = same
 result["kernels"] = {"float32": op_types(values, "sum"), "mixed": op_types(integers, "sum")}
 
+# broadcast in a graph: several dtypes in one call, and one tensor alone, from rank 1
+@tf.function
+def broadcast_in_graph(tensors):
+    return comm.broadcast(tensors, root=1)
+
+sent = [values[0], integers[0], np.array([me % 2 == 0, True]), np.full(3, me + 0.5, np.float16)]
+graph = [t.numpy() for t in broadcast_in_graph([tf.constant(v) for v in sent])]
+single = broadcast_in_graph([tf.constant(values[1])])[0].numpy()
+result["broadcast_same_as_numpy_path"] = (all(np.array_equal(g, e) for g, e in zip(graph, comm.broadcast_arrays(sent, 1)))
+                                          and np.array_equal(single, comm.broadcast_arrays(values[1:], 1)[0]))
+result["broadcast_dtypes"] = [g.dtype.name for g in graph]
+broadcast_graph = broadcast_in_graph.get_concrete_function([tf.constant(v) for v in sent]).graph
+result["kernels"]["broadcast"] = sorted({o.type for o in broadcast_graph.get_operations()
+                                         if o.name.startswith("broadcast")})
+
 # while one rank waits in a graph all-reduce, it says which one
 if me == 0:
     seen = []
@@ -169,6 +184,19 @@ else:
     reduce_in_graph([tf.constant(values[1])], "sum")
 result["current_after"] = comm.current_collective()
 
+# results are views of recycled fused buffers: a buffer is reused only once nothing refers to it
+big = [rng.standard_normal(1 << 18).astype(np.float32), rng.standard_normal(1001).astype(np.float32)]
+held = {"graph": reduce_in_graph([tf.constant(v) for v in big], "sum"),
+        "eager": comm.all_reduce([tf.constant(v) for v in big], "sum")}
+kept = {path: [t.numpy().copy() for t in tensors] for path, tensors in held.items()}
+for k in range(3):
+    reduce_in_graph([tf.constant(v * (k + 2)) for v in big], "sum")
+    comm.all_reduce([tf.constant(v * (k + 2)) for v in big], "sum")
+result["held_results_unchanged"] = {path: all(np.array_equal(t.numpy(), c) for t, c in zip(held[path], kept[path]))
+                                    for path in held}
+# where each result lies (``.numpy()`` would copy): on 64-byte boundaries, as TensorFlow needs
+result["aligned"] = all(t._numpy().ctypes.data % 64 == 0 for tensors in held.values() for t in tensors)
+
 # ranks that disagree inside graphs fail on every rank with the same message; the next call works
 try:
     reduce_in_graph([tf.ones([3 + me])], "sum")
@@ -182,17 +210,21 @@ emit()
 
 
 @pytest.mark.sim
-def test_graph_all_reduce_runs_in_the_native_kernel_with_the_numpy_paths_results(tmp_path):
+def test_graph_collectives_run_in_the_native_kernels_with_the_numpy_paths_results(tmp_path):
     done, results = run_script(tmp_path, NATIVE_2, ranks=2)
     rank0, rank1 = _by_rank(done, results, 2)
     for r in (rank0, rank1):
-        assert r["kernels"] == {"float32": ["NpuSimAllReduce"], "mixed": ["PyFunc"]}
+        assert r["kernels"] == {"float32": ["NpuSimAllReduce"], "mixed": ["PyFunc"], "broadcast": ["NpuSimBroadcast"]}
+        assert r["broadcast_same_as_numpy_path"] is True
+        assert r["broadcast_dtypes"] == ["float32", "int64", "bool", "float16"]
         assert r["same_as_numpy_path"] == {"sum": True, "max": True, "min": True, "prod": True,
                                            "mean": True, "int64": True}
         assert "ranks reached different collectives" in r["mismatch"]
         assert "rank 0: all_reduce #" in r["mismatch"] and "rank 1: all_reduce #" in r["mismatch"]
         assert r["after_mismatch"] == [2.0, 2.0]
         assert r["current_after"] is None
+        assert r["held_results_unchanged"] == {"graph": True, "eager": True}
+        assert r["aligned"] is True
     assert rank0["seen_while_waiting"][0].startswith("all_reduce #") and rank0["seen_while_waiting"][1]
     assert rank0["completed"] == rank1["completed"]
 
@@ -203,8 +235,8 @@ def test_without_the_native_kernel_graph_all_reduce_takes_the_numpy_path(tmp_pat
     env = {**env, "XDG_CACHE_HOME": str(tmp_path / "cache")}  # an empty cache: "no-compiler" must build
     done, results = run_script(tmp_path, NATIVE_2, ranks=2, env=env)
     for r in _by_rank(done, results, 2):
-        assert r["kernels"] == {"float32": ["PyFunc"], "mixed": ["PyFunc"]}
-        assert all(r["same_as_numpy_path"].values())
+        assert r["kernels"] == {"float32": ["PyFunc"], "mixed": ["PyFunc"], "broadcast": ["PyFunc"]}
+        assert all(r["same_as_numpy_path"].values()) and r["broadcast_same_as_numpy_path"] is True
         assert "ranks reached different collectives" in r["mismatch"]
     if env.get("CXX"):
         assert done.stderr.count("native all-reduce unavailable") == 2  # one line per rank
@@ -293,38 +325,79 @@ def test_a_collective_that_never_completes_can_be_interrupted(tmp_path):
     assert done.returncode != 0
 
 
-ABORT_SINGLE = """
+ABORT_2 = """
 import threading, time
+import numpy as np
 from npu_migrate_nb.sim import comm
 
-result["rank"] = 0
-seen = []
-def abort_when_waiting():
-    while comm.current_collective() is None:
-        time.sleep(0.01)
-    seen.append(comm.current_collective())
-    comm.abort("cell timed out")
-threading.Thread(target=abort_when_waiting, daemon=True).start()
-try:
-    comm._submit("all_reduce", "test", lambda: time.sleep(30))
-    result["outcome"] = "returned"
-except comm.CollectiveAborted as exc:
-    result["outcome"] = str(exc)
-result["seen"] = seen
-result["size"] = comm.size()
-emit()
-import os; os._exit(0)
+me = comm.rank()
+result["rank"] = me
+comm.barrier()
+if me == 0:
+    seen = []
+    def abort_when_waiting():
+        while comm.current_collective() is None:
+            time.sleep(0.01)
+        seen.append(comm.current_collective())
+        comm.abort("cell timed out")
+    threading.Thread(target=abort_when_waiting, daemon=True).start()
+    try:
+        comm.allreduce_arrays([np.ones(4, np.float32)])   # rank 1 never joins
+        result["outcome"] = "returned"
+    except comm.CollectiveAborted as exc:
+        result["outcome"] = str(exc)
+    result["seen"] = seen
+    result["broken"] = comm.status()["broken"]
+    emit()
+else:
+    emit()
+    time.sleep(60)
 """
 
 
 @pytest.mark.sim
 def test_abort_ends_a_wait_and_current_collective_names_it(tmp_path):
-    done, results = run_script(tmp_path, ABORT_SINGLE, timeout=60)
-    assert results, done.stderr[-3000:]
-    (r,) = results
-    assert r["seen"] == ["all_reduce #0"]
-    assert r["outcome"].startswith("cell timed out")
-    assert r["size"] == 1
+    done, results = run_script(tmp_path, ABORT_2, ranks=2, timeout=120)
+    rank0 = [r for r in results if r["rank"] == 0]
+    assert rank0, done.stderr[-3000:]
+    (r,) = rank0
+    assert r["seen"][0].startswith("all_reduce #")
+    assert r["outcome"].startswith("cell timed out") and f"while waiting in {r['seen'][0]}" in r["outcome"]
+    assert r["seen"][0] in r["broken"]
+
+
+LATE_RANK_2 = """
+import time
+import numpy as np
+import tensorflow as tf
+from npu_migrate_nb.sim import comm
+
+me = comm.rank()
+result["rank"] = me
+values = [tf.ones([1000])]
+in_graph = tf.function(lambda: comm.all_reduce(values, "sum"))
+in_graph()  # traced, the native kernel loaded
+cpu_while_waiting = {}
+for path, call in (("eager", lambda: comm.all_reduce(values, "sum")), ("graph", in_graph)):
+    comm.barrier()
+    if me == 1:
+        time.sleep(2.0)
+    wall, cpu = time.perf_counter(), time.process_time()
+    call()
+    cpu_while_waiting[path] = (time.process_time() - cpu, time.perf_counter() - wall)
+result["cpu_while_waiting"] = cpu_while_waiting
+emit()
+"""
+
+
+@pytest.mark.sim
+def test_a_rank_waiting_for_a_late_rank_sleeps_instead_of_spinning(tmp_path):
+    # MPICH's own wait keeps rank 0 on a core for the whole 2 s (CPU time ~ wall time when a core is free)
+    done, results = run_script(tmp_path, LATE_RANK_2, ranks=2)
+    rank0 = _by_rank(done, results, 2)[0]
+    for path, (cpu, wall) in rank0["cpu_while_waiting"].items():
+        assert wall > 1.5, path
+        assert cpu < 0.1 * wall, (path, cpu, wall)  # napping: ~2%; spinning on this loaded machine: >20%
 
 
 NOOP_SINGLE = """
