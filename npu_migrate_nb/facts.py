@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import re
+import warnings
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Tuple
@@ -174,7 +175,9 @@ def facts_for(source: str) -> CellFacts:
     if not masked.is_python:
         return facts
     try:
-        facts.tree = ast.parse(masked.code)
+        with warnings.catch_warnings():  # the user's invalid escapes ('\d') are theirs to hear about, not ours
+            warnings.simplefilter("ignore")
+            facts.tree = ast.parse(masked.code)
     except SyntaxError as error:
         facts.error = (error.lineno or 1, error.offset or 1, f"syntax error: {error.msg}")
         return facts

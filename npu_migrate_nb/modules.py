@@ -186,7 +186,9 @@ def _why_unseen(name: str, root: str) -> str:
         installed = False
     if installed:
         return f"{top} is an installed package, whose code is not analyzed"
-    return f"there is no {name.replace('.', '/')}.py next to the notebook"
+    if name == top:
+        return f"there is no {top}.py next to the notebook, and no installed package {top}"
+    return f"there is no {name.replace('.', '/')}.py next to the notebook, and no installed package {top}"
 
 
 def _read(path: str) -> Optional[str]:
