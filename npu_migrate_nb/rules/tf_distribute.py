@@ -108,6 +108,16 @@ class TfDistributeLeftover(Rule):
             "num_input_pipelines=int(os.getenv('RANK_SIZE', '1')), input_pipeline_id=int(os.getenv('RANK_ID', '0')), "
             "num_replicas_in_sync=int(os.getenv('RANK_SIZE', '1'))))\n",
         ),
+        # A scope whose body holds an IPython line, which comes back as written: the scope stays, a no-op.
+        Example(
+            _PRELUDE + "strategy = tf.distribute.MirroredStrategy()\n"
+            "with strategy.scope():\n"
+            "    %matplotlib inline\n"
+            "    model = make_model()\n",
+            _PRELUDE + "with tf.distribute.get_strategy().scope():\n"
+            "    %matplotlib inline\n"
+            "    model = make_model()\n",
+        ),
         # A scope among other context managers: the default strategy's scope (a no-op) takes its place.
         Example(
             _PRELUDE + "strategy = tf.distribute.MirroredStrategy()\n"
@@ -206,7 +216,8 @@ def _convert(context, use: _Use) -> Conversion:
 
 def _scope(context, use: _Use) -> Conversion:
     item, stmt = use.parent_of_outer, use.statement
-    if isinstance(item, ast.withitem) and isinstance(stmt, ast.With) and stmt.items == [item] and item.optional_vars is None:
+    if (isinstance(item, ast.withitem) and isinstance(stmt, ast.With) and stmt.items == [item]
+            and item.optional_vars is None and not _holds_ipython_lines(use.facts, stmt)):
         return "its body stays, out of the scope: one copy of each variable per rank, synchronized by the " \
                "adapter's broadcast and all-reduce", [Edit(use.cell, "unwrap", use.facts.start(stmt), use.facts.end(stmt))]
     return (
@@ -214,6 +225,12 @@ def _scope(context, use: _Use) -> Conversion:
         "the adapter's broadcast and all-reduce",
         [replace(use.cell, use.facts, use.node, f"{context.tf}.distribute.get_strategy()")],
     )
+
+
+def _holds_ipython_lines(facts: CellFacts, stmt: ast.With) -> bool:
+    """IPython lines (``%matplotlib inline``) come back as they were written, indented: a body that
+    holds one cannot be moved out of its block."""
+    return any(isinstance(node, ast.stmt) and facts.is_ipython_line(node) for node in ast.walk(stmt))
 
 
 def _run(context, use: _Use) -> Conversion:
