@@ -556,24 +556,31 @@ class Agent:
 
 def trained_agents(facts) -> List[Agent]:
     """The TF-Agents agents the notebook builds and trains (``agent.train(...)`` on the agent's name, or
-    on a name bound to it, as ``agent = cosine_distance_agent``), in notebook order."""
-    built = _built_agents(facts)
+    on a name bound to it, as ``agent = cosine_distance_agent``), in notebook order. Only the names
+    something is trained on are looked up: the analysis runs on every edit."""
     trained = {receiver_name(site) for _, _, site in facts.calls("train")} - {None}
     for name in list(trained):
         trained |= {a.value.id for _, _, a in facts.assignments(name) if isinstance(a.value, ast.Name)}
-    return [agent for agent in built if agent.name in trained]
+    return _built_agents(facts, trained)
 
 
-def _built_agents(facts) -> List[Agent]:
+def _built_agents(facts, names) -> List[Agent]:
     found = []
-    for cell, cell_facts, site in facts.all_calls():
-        if not (_is_agent_constructor(facts, site) and isinstance(site.stmt, ast.Assign)):
-            continue
-        name = dotted_name(site.stmt.targets[0]) if len(site.stmt.targets) == 1 else None
-        if name is not None and site.stmt.value is site.node:
-            keyword = site.keyword("optimizer")
-            found.append(Agent(cell, cell_facts, site, name, keyword.value if keyword else None))
-    return found
+    for name in names:
+        for cell, cell_facts, assignment in facts.assignments(name):
+            stmt, value = assignment.stmt, assignment.value
+            if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(value, ast.Call)):
+                continue
+            site = next((s for s in cell_facts.calls_by_method.get(_method_of(value), ()) if s.node is value), None)
+            if site is not None and _is_agent_constructor(facts, site):
+                keyword = site.keyword("optimizer")
+                found.append(Agent(cell, cell_facts, site, name, keyword.value if keyword else None))
+    return sorted(found, key=lambda agent: (agent.cell, agent.site.node.lineno, agent.site.node.col_offset))
+
+
+def _method_of(call: ast.Call) -> str:
+    func = call.func
+    return func.attr if isinstance(func, ast.Attribute) else (func.id if isinstance(func, ast.Name) else "")
 
 
 def _is_agent_constructor(facts, site: CallSite) -> bool:
