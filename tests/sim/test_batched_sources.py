@@ -2,11 +2,11 @@
 folder): the single-card notebook fails the shard check on 2 ranks, the fixed one passes all three."""
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
+
+from sim_notebooks import cli as run_cli, write_notebook  # same folder: on sys.path (rootdir-less sim tests)
 
 pytestmark = pytest.mark.sim
 
@@ -33,25 +33,13 @@ def make_folder(tmp_path):
             tf.io.write_file(str(tmp_path / "photos" / label / f"{index}.png"), tf.io.encode_png(pixels))
 
 
-def notebook(path, cells):
-    document = {
-        "cells": [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": c}
-                  for c in cells],
-        "metadata": {"kernelspec": {"name": "python3", "language": "python", "display_name": "Python 3"}},
-        "nbformat": 4, "nbformat_minor": 4,
-    }
-    path.write_text(json.dumps(document))
-    return path
-
-
 def cli(*args):
-    done = subprocess.run([sys.executable, "-m", "npu_migrate_nb", *args], capture_output=True, text=True, timeout=600)
-    return done.returncode, done.stdout, done.stderr
+    return run_cli(*args, timeout=600)
 
 
 def test_an_image_folder_pipeline_is_fixed_and_proven_on_two_ranks(tmp_path):
     make_folder(tmp_path)
-    single = notebook(tmp_path / "single.ipynb", CELLS)
+    single = write_notebook(tmp_path / "single.ipynb", CELLS)
     code, out, err = cli("run", str(single), "-n", "2", "--format", "json")
     checks = json.loads(out)["checks"]
     assert checks["shard"] == "fail", (checks, err[-2000:])

@@ -13,6 +13,8 @@ import pytest
 
 from npu_migrate_nb import knowledge as K
 
+from sim_notebooks import cli, write_notebook  # same folder: on sys.path (rootdir-less sim tests)
+
 pytestmark = pytest.mark.sim
 
 ALL_PASS = {"broadcast": "pass", "allreduce": "pass", "shard": "pass"}
@@ -51,22 +53,6 @@ IMAGE_CELLS = [
     "    image.assign(tf.clip_by_value(image, 0.0, 1.0))",
     "for step in range(20):\n    train_step(image)\nprint('class', int(tf.argmax(model(image), axis=1)[0]))",
 ]
-
-
-def notebook(path, cells):
-    document = {
-        "cells": [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": c}
-                  for c in cells],
-        "metadata": {"kernelspec": {"name": "python3", "language": "python", "display_name": "Python 3"}},
-        "nbformat": 4, "nbformat_minor": 4,
-    }
-    path.write_text(json.dumps(document))
-    return path
-
-
-def cli(*args):
-    done = subprocess.run([sys.executable, "-m", "npu_migrate_nb", *args], capture_output=True, text=True, timeout=900)
-    return done.returncode, done.stdout, done.stderr
 
 
 def source_of(path):
@@ -161,7 +147,7 @@ def test_the_explicit_wrapped_optimizer_trains_exactly_as_the_default_one_on_one
 
 
 def test_a_canned_dnn_classifier_is_caught_unfixed_and_passes_the_three_checks_fixed(tmp_path):
-    single = notebook(tmp_path / "dnn.ipynb", DNN_CELLS)
+    single = write_notebook(tmp_path / "dnn.ipynb", DNN_CELLS)
     code, out, err = cli("run", str(single), "-n", "2", "--tf1", "--format", "json")
     checks = json.loads(out)["checks"]
     assert code == 1 and checks == {"broadcast": "fail", "allreduce": "fail", "shard": "fail"}, (checks, err[-2000:])
@@ -191,7 +177,7 @@ def make_classifier_and_image(folder):
 
 def test_optimizing_an_input_image_is_reported_not_failed_and_runs_on_two_ranks(tmp_path):
     make_classifier_and_image(tmp_path)
-    path = notebook(tmp_path / "adversarial.ipynb", IMAGE_CELLS)
+    path = write_notebook(tmp_path / "adversarial.ipynb", IMAGE_CELLS)
     code, out, err = cli("check", str(path), "--format", "json")
     report = json.loads(out)
     assert code == 0, out

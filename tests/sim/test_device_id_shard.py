@@ -4,12 +4,12 @@ distributed notebook fails the shard check there, and passes all three once devi
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
 from npu_migrate_nb.sim.rank_env import devices_per_server, rank_environment, rank_table
+
+from sim_notebooks import cli as run_cli, write_notebook  # same folder: on sys.path (rootdir-less sim tests)
 
 pytestmark = pytest.mark.sim
 
@@ -26,29 +26,16 @@ CELLS = [
 ]
 
 
-def notebook(path, cells):
-    document = {
-        "cells": [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": c}
-                  for c in cells],
-        "metadata": {"kernelspec": {"name": "python3", "language": "python", "display_name": "Python 3"}},
-        "nbformat": 4, "nbformat_minor": 4,
-    }
-    path.write_text(json.dumps(document))
-    return path
-
-
 def cli(*args, devices_per_server=None):
     environment = dict(os.environ)
     environment.pop("NPU_SIM_DEVICES_PER_SERVER", None)
     if devices_per_server is not None:
         environment["NPU_SIM_DEVICES_PER_SERVER"] = str(devices_per_server)
-    done = subprocess.run([sys.executable, "-m", "npu_migrate_nb", *args], capture_output=True, text=True,
-                          timeout=900, env=environment)
-    return done.returncode, done.stdout, done.stderr
+    return run_cli(*args, env=environment)
 
 
 def test_two_servers_of_one_device_catch_a_device_id_shard_and_the_fix_passes(tmp_path):
-    unfixed = notebook(tmp_path / "zoo.ipynb", CELLS)
+    unfixed = write_notebook(tmp_path / "zoo.ipynb", CELLS)
     code, out, err = cli("check", str(unfixed), "--format", "json")
     codes = [finding["code"] for finding in json.loads(out)["findings"]]
     assert codes == ["device-id-shard"], (codes, err[-2000:])
@@ -72,7 +59,7 @@ def test_two_servers_of_one_device_catch_a_device_id_shard_and_the_fix_passes(tm
 
 
 def test_on_one_server_the_device_id_is_the_rank_and_the_same_notebook_passes(tmp_path):
-    unfixed = notebook(tmp_path / "zoo.ipynb", CELLS)
+    unfixed = write_notebook(tmp_path / "zoo.ipynb", CELLS)
     code, out, err = cli("run", str(unfixed), "-n", "2", "--format", "json")
     assert json.loads(out)["checks"]["shard"] == "pass", err[-2000:]
 

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from test_batched_sources import cli, make_folder, notebook  # same folder: on sys.path (rootdir-less sim tests)
+from sim_notebooks import write_notebook  # same folder: on sys.path (rootdir-less sim tests)
+from test_batched_sources import cli, make_folder
 
 pytestmark = pytest.mark.sim
 
@@ -37,7 +38,7 @@ SEEN = (
 
 def fixed_notebook(tmp_path):
     make_folder(tmp_path)
-    single = notebook(tmp_path / "single.ipynb", CELLS)
+    single = write_notebook(tmp_path / "single.ipynb", CELLS)
     fixed = tmp_path / "fixed.ipynb"
     code, _, err = cli("fix", str(single), "-o", str(fixed))
     assert code == 0, err

@@ -3,10 +3,10 @@ caught on 2 ranks; ``fix --in-place`` fixes the notebook and the module, and the
 the three checks."""
 
 import json
-import subprocess
-import sys
 
 import pytest
+
+from sim_notebooks import cli, write_notebook  # same folder: on sys.path (rootdir-less sim tests)
 
 pytestmark = pytest.mark.sim
 
@@ -43,20 +43,7 @@ CELLS = [
 
 def write_project(folder):
     (folder / "model.py").write_text(MODEL)
-    document = {
-        "cells": [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": c} for c in CELLS],
-        "metadata": {"kernelspec": {"name": "python3", "language": "python", "display_name": "Python 3"}},
-        "nbformat": 4, "nbformat_minor": 4,
-    }
-    path = folder / "train.ipynb"
-    path.write_text(json.dumps(document))
-    return path
-
-
-def cli(*args, cwd):
-    done = subprocess.run([sys.executable, "-m", "npu_migrate_nb", *args], capture_output=True, text=True,
-                          timeout=900, cwd=cwd)
-    return done.returncode, done.stdout, done.stderr
+    return write_notebook(folder / "train.ipynb", CELLS)
 
 
 def test_a_project_with_its_model_in_a_module_is_caught_then_fixed_in_both_files_and_proven(tmp_path):

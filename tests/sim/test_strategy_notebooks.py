@@ -3,10 +3,10 @@ of the tf.distribute tutorial) and for Horovod: on 2 ranks the unfixed notebook 
 one passes the three checks (the strategy removed, the adapter's steps added once each)."""
 
 import json
-import subprocess
-import sys
 
 import pytest
+
+from sim_notebooks import cli, write_notebook  # same folder: on sys.path (rootdir-less sim tests)
 
 pytestmark = pytest.mark.sim
 
@@ -63,22 +63,6 @@ LOOP_CELLS = [
 ]
 
 
-def notebook(path, cells):
-    document = {
-        "cells": [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": c}
-                  for c in cells],
-        "metadata": {"kernelspec": {"name": "python3", "language": "python", "display_name": "Python 3"}},
-        "nbformat": 4, "nbformat_minor": 4,
-    }
-    path.write_text(json.dumps(document))
-    return path
-
-
-def cli(*args):
-    done = subprocess.run([sys.executable, "-m", "npu_migrate_nb", *args], capture_output=True, text=True, timeout=900)
-    return done.returncode, done.stdout, done.stderr
-
-
 def source_of(path):
     return "\n".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"])
 
@@ -103,7 +87,7 @@ def run_on_two_ranks(path):
 
 @pytest.mark.parametrize("cells", [KERAS_CELLS, LOOP_CELLS], ids=["keras-fit", "custom-loop"])
 def test_a_strategy_notebook_is_caught_then_fixed_and_proven_on_two_ranks(tmp_path, cells):
-    single = notebook(tmp_path / "single.ipynb", cells)
+    single = write_notebook(tmp_path / "single.ipynb", cells)
     _, result, err = run_on_two_ranks(single)
     assert result["checks"]["shard"] == "fail", (result["checks"], err[-2000:])
 
@@ -163,7 +147,7 @@ SESSION_LOOP = {"broadcast": "pass", "allreduce": "not-observed", "shard": "not-
 ], ids=["tf2-tape", "tf1-optimizer"])
 def test_a_horovod_notebook_with_op_sum_is_converted_and_runs_on_two_ranks(tmp_path, cells, kept_sum, expected):
     """Horovod is not installed here (nor on Ascend): the converted notebook must run without it."""
-    single = notebook(tmp_path / "horovod.ipynb", cells)
+    single = write_notebook(tmp_path / "horovod.ipynb", cells)
     fixed = fixed_and_stable(tmp_path, single)
     source = source_of(fixed)
     assert "hvd" not in source and "horovod" not in source, source
@@ -179,7 +163,7 @@ def test_the_fixed_custom_loop_keeps_the_strategys_sum_and_reaches_one_cards_wei
     once (a mean would halve each update, a second reduce double it)."""
     cells = [cell.replace("8 * strategy.num_replicas_in_sync", "16").replace(".shuffle(256, seed=1)", "")
              for cell in LOOP_CELLS]
-    single = notebook(tmp_path / "single.ipynb", cells)
+    single = write_notebook(tmp_path / "single.ipynb", cells)
     fixed = fixed_and_stable(tmp_path, single)
     assert 'all_reduce(gradients, reduction="sum")' in source_of(fixed)
     code, out, err = cli("run", str(fixed), "-n", "2", "--compare-single-card", "--format", "json")
