@@ -56,6 +56,14 @@ CASES = [  # (name, collective, where, shape)
 ]
 
 
+def _parse_size(text: str) -> int:
+    text = text.strip().upper()
+    for unit, factor in (("MB", MB), ("KB", KB), ("B", 1)):
+        if text.endswith(unit):
+            return int(float(text[:-len(unit)]) * factor)
+    return int(text)
+
+
 def repeats_for(nbytes: int) -> int:
     return 7 if nbytes >= 16 * MB else 15 if nbytes >= MB else 51
 
@@ -242,10 +250,15 @@ def main() -> None:
                         help="4 KB, 64 KB, 1 MB, 16 MB, 64 MB, 256 MB (default)")
     parser.add_argument("--quick", dest="sizes", action="store_const", const="quick",
                         help="4 KB, 256 KB, 4 MB, 64 MB")
+    parser.add_argument("--sizes", dest="custom", metavar="LIST",
+                        help="sizes of your own, e.g. 64MB,256MB (instead of --quick/--full)")
     parser.add_argument("--no-mwms", action="store_true", help="skip MultiWorkerMirroredStrategy")
     parser.add_argument("--mpi-part", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--mwms-worker", nargs=2, metavar=("INDEX", "PORTS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.custom:
+        SIZES["custom"] = [_parse_size(text) for text in args.custom.split(",")]
+        args.sizes = "custom"
     if args.mwms_worker:
         index, ports = args.mwms_worker
         print(json.dumps(mwms_worker(int(index), [int(p) for p in ports.split(",")])), flush=True)
@@ -260,7 +273,8 @@ def main() -> None:
     from npu_migrate_nb.sim.cluster import find_mpiexec  # the mpich wheel's
 
     started = time.perf_counter()
-    done = subprocess.run([find_mpiexec(), "-n", "2", sys.executable, HERE, "--mpi-part", f"--{args.sizes}"],
+    size_flags = ["--sizes", args.custom] if args.custom else [f"--{args.sizes}"]
+    done = subprocess.run([find_mpiexec(), "-n", "2", sys.executable, HERE, "--mpi-part", *size_flags],
                           env=env, capture_output=True, text=True, timeout=1800)
     if done.returncode != 0:
         sys.exit(f"MPI part failed:\n{done.stderr[-3000:]}")

@@ -286,10 +286,27 @@ def cluster_epochs(cluster: Cluster, count: int) -> list:
     return [(max(t[i][0] for t in per_rank), sum(t[i][1] for t in per_rank)) for i in range(count)]
 
 
+def _resident_kinds(pid: int) -> dict:
+    """What a process's RSS is made of (kB in /proc/PID/status): anonymous memory (heaps: Python,
+    TensorFlow's tensors, the model), file pages (mapped libraries, shared by every rank through
+    the page cache), shared memory (MPI's shared-memory segments)."""
+    kinds = {}
+    with open(f"/proc/{pid}/status", encoding="ascii") as status:
+        for line in status:
+            name, _, value = line.partition(":")
+            if name in ("RssAnon", "RssFile", "RssShmem"):
+                kinds[name[3:].lower()] = int(value.split()[0]) * 1024
+    return kinds
+
+
 def rank_memory(cluster: Cluster) -> dict:
-    """Median over the ranks of RSS, USS (pages only this rank has) and PSS, in MB."""
-    infos = [psutil.Process(pid).memory_full_info() for pid in cluster.rank_pids.values()]
-    return {field: statistics.median(getattr(info, field) for info in infos) / 2**20 for field in ("rss", "uss", "pss")}
+    """Median over the ranks of RSS, USS (pages only this rank has), PSS, and RSS by kind, in MB."""
+    pids = list(cluster.rank_pids.values())
+    infos = [psutil.Process(pid).memory_full_info() for pid in pids]
+    memory = {field: statistics.median(getattr(info, field) for info in infos) / 2**20 for field in ("rss", "uss", "pss")}
+    kinds = [_resident_kinds(pid) for pid in pids]
+    memory.update({kind: statistics.median(k.get(kind, 0) for k in kinds) / 2**20 for kind in ("anon", "file", "shmem")})
+    return memory
 
 
 def plain_tensorflow_rss() -> float:
@@ -334,10 +351,15 @@ def server_part(name: str, sizes=(2, 4, 8), rounds: int = 3, per_round: int = 2)
           f"ready <= 2x: {ready[top] / ready[base]:.2f}x")
     print(f"memory per rank (MB, median over the ranks; one plain process with TensorFlow and mpi4py: "
           f"RSS {plain_tensorflow_rss():.0f}):")
-    print(f"  {'ranks':>5} {'RSS ready':>10} {'RSS trained':>12} {'USS trained':>12} {'PSS trained':>12}")
+    print(f"  {'ranks':>5} {'RSS ready':>10} {'RSS trained':>12} {'USS trained':>12} {'PSS trained':>12}"
+          f"   trained RSS = {'anonymous':>9} + {'files':>5} + {'shm':>5}")
     for n in sizes:
         ready_rss, trained = memory[n]["ready"]["rss"], memory[n]["trained"]
-        print(f"  {n:>5} {ready_rss:10.0f} {trained['rss']:12.0f} {trained['uss']:12.0f} {trained['pss']:12.0f}")
+        print(f"  {n:>5} {ready_rss:10.0f} {trained['rss']:12.0f} {trained['uss']:12.0f} {trained['pss']:12.0f}"
+              f"                 {trained['anon']:9.0f} + {trained['file']:5.0f} + {trained['shmem']:5.0f}")
+    print("  anonymous: heaps (Python, TensorFlow, the model, its gradients and optimizer state, recycled "
+          "collective buffers); files: mapped libraries (TensorFlow's ~1 GB of code), shared by all ranks "
+          "through the page cache (PSS counts them once per machine); shm: MPI's shared-memory segments")
 
 
 def main() -> None:

@@ -41,6 +41,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import logging
+import math
 import os
 import sys
 import threading
@@ -431,9 +432,18 @@ def _layout(sizes: Sequence[int], itemsize: int) -> tuple:
 _ZEROS = np.zeros(_ALIGN, np.uint8)
 
 
-def _fuse_into(buffer: np.ndarray, arrays: Sequence[np.ndarray], offsets: Sequence[int]) -> None:
-    """Copy ``arrays`` to their ``offsets`` in ``buffer`` in one numpy call (hundreds of gradients:
-    a copy per array would cost more than the reduction); the padding between them is zeroed."""
+def _fuse_into(buffer: np.ndarray, arrays: Sequence[np.ndarray], offsets: Sequence[int],
+               factor: Optional[float] = None) -> None:
+    """Copy ``arrays`` (times ``factor``) to their ``offsets`` in ``buffer``; the padding between
+    them is zeroed. Unscaled, in one numpy call (hundreds of gradients: a copy per array would
+    cost more than the reduction)."""
+    if factor is not None:
+        end = 0
+        for a, start in zip(arrays, offsets):
+            buffer[end:start] = 0
+            np.multiply(a.reshape(-1), buffer.dtype.type(factor), out=buffer[start:start + a.size])
+            end = start + a.size
+        return
     pieces, end = [], 0
     for a, start in zip(arrays, offsets):
         if start > end:  # the padding travels too: keep it harmless for every reduction
@@ -479,25 +489,93 @@ def _aligned_empty(count: int, dtype: np.dtype) -> np.ndarray:
     return base[offset:offset + nbytes].view(dtype)
 
 
+# Any other scaled reduction (a mean over 3, 6... ranks) of 1 MB and more is a reduce-scatter, the
+# scale on this rank's share, and an all-gather (see _scattered_allreduce); the native kernel uses
+# the same rule and shares.
+_SCATTERED_MIN_BYTES = 1 << 20
+
+
+def _shares(count: int, per_line: int) -> tuple:
+    """Element counts and offsets of each rank's share of ``count``, boundaries on 64-byte lines."""
+    n = size()
+    counts, displacements, start = [], [], 0
+    for r in range(n):
+        end = count if r + 1 == n else min(count, -(-(count * (r + 1) // n) // per_line) * per_line)
+        displacements.append(start)
+        counts.append(max(end - start, 0))
+        start = max(start, end)
+    return counts, displacements
+
+
+def _scattered_allreduce(send, recv: np.ndarray, op: str, scale, divisor) -> None:
+    """All-reduce into ``recv`` as reduce-scatter, scale this rank's share, all-gather.
+
+    An all-reduce then a scale pass reads and writes the whole result once more (a 64 MB mean cost
+    1.3x the raw all-reduce); scaling the share costs 1/N of that pass, on memory just written, and
+    MPI's large all-reduce is a reduce-scatter and an all-gather anyway. Each element is still
+    scaled once after its whole sum: at 2 ranks the bits of the all-reduce path (a + b is b + a).
+    """
+    MPI = _mpi()
+    counts, displacements = _shares(recv.size, _ALIGN // recv.itemsize)
+    me = rank()
+    mine = recv[displacements[me]:displacements[me] + counts[me]]
+    MPI.COMM_WORLD.Reduce_scatter(send, mine, counts, op=_mpi_op(op))
+    _rescale(mine, scale, divisor)
+    MPI.COMM_WORLD.Allgatherv(MPI.IN_PLACE, [recv, counts, displacements, MPI._typedict[recv.dtype.char]])
+
+
+def _rescale(values: np.ndarray, scale, divisor) -> None:
+    if scale is not None:
+        np.multiply(values, values.dtype.type(scale), out=values)
+    if divisor is not None:
+        np.divide(values, values.dtype.type(divisor), out=values)
+
+
+def _exact_factor(op: str, scale, divisor) -> Optional[float]:
+    """``scale / divisor`` when it is a power of two and the reduction a sum (a mean over 2, 4 or 8
+    ranks), else None.
+
+    Multiplying by 2**k is exact, so scaling each rank's values before the sum gives the bits of
+    scaling the sum (outside the subnormal range), and the scale rides on the copy into the
+    fused buffer that the reduction makes anyway (MPI copies a separate send buffer too): the mean
+    then costs what the sum costs.
+    """
+    if op != "sum" or (scale is None and divisor is None):
+        return None
+    factor = (1.0 if scale is None else float(np.float32(scale))) / (1.0 if divisor is None else float(np.float32(divisor)))
+    return factor if math.frexp(factor)[0] == 0.5 else None
+
+
 def _allreduce_group(arrays: Sequence[np.ndarray], op: str, scale, divisor) -> list:
     dtype = arrays[0].dtype
     wire = _reduce_dtype(dtype)
     offsets, count = _layout([a.size for a in arrays], wire.itemsize)
     recv = _aligned_empty(count, wire)
+    floating = np.issubdtype(dtype, np.floating) or dtype.name == "bfloat16"
+    factor = _exact_factor(op, scale, divisor) if floating and wire == dtype else None
+    scattered = (factor is None and floating and wire == dtype and (scale is not None or divisor is not None)
+                 and count * wire.itemsize >= _SCATTERED_MIN_BYTES)
     MPI = _mpi()
+    if factor is not None:
+        _fuse_into(recv, arrays, offsets, factor)
+        MPI.COMM_WORLD.Allreduce(MPI.IN_PLACE, recv, op=_mpi_op(op))
+        return _split(recv, arrays, offsets)
     if len(arrays) == 1 and arrays[0].dtype == wire and arrays[0].flags.c_contiguous:
         send = arrays[0].reshape(-1)  # sent from where it lies
+    elif scattered:  # the fused input cannot be the buffer the shares are gathered in
+        send = _aligned_empty(count, wire)
+        _fuse_into(send, arrays, offsets)
     else:
         _fuse_into(recv, arrays, offsets)
         send = MPI.IN_PLACE
+    if scattered:
+        _scattered_allreduce(send, recv, op, scale, divisor)
+        return _split(recv, arrays, offsets)
     MPI.COMM_WORLD.Allreduce(send, recv, op=_mpi_op(op))
     if recv.dtype != dtype:
         recv = recv.astype(dtype)
-    if np.issubdtype(recv.dtype, np.floating) or dtype.name == "bfloat16":
-        if scale is not None:
-            np.multiply(recv, recv.dtype.type(scale), out=recv)
-        if divisor is not None:
-            np.divide(recv, recv.dtype.type(divisor), out=recv)
+    if floating:
+        _rescale(recv, scale, divisor)
     return _split(recv, arrays, offsets)
 
 
@@ -635,7 +713,7 @@ def _chained(chain: str, build: Callable[[], list]) -> list:
     graph = tf.compat.v1.get_default_graph()
     with tf.control_dependencies(_chain_dependencies(graph, chain)):
         outs = build()
-    _remember(graph, chain, outs[0].op)
+    _remember(graph, chain, getattr(outs[0], "op", outs[0]))  # a tensor's op, or the op itself
     return outs
 
 
@@ -756,3 +834,41 @@ def broadcast(values: Sequence, root: int = 0) -> list:
     received = numpy_fn(arrays)
     # tensors are immutable: what the root sent as it was is its own tensor
     return [t if r is a else _eager_tensor(r) for t, a, r in zip(tensors, arrays, received)]
+
+
+def _native_variable_broadcast_for(variables: list, root: int):
+    """The native in-place broadcast when every variable is a resource variable of a dtype it takes."""
+    from tensorflow.python.ops import resource_variable_ops
+    from .native_all_reduce import BROADCAST_DTYPES
+
+    if not all(isinstance(v, resource_variable_ops.BaseResourceVariable) and v.dtype.name in BROADCAST_DTYPES
+               for v in variables):
+        return None
+    return _native_broadcast_for([], root)
+
+
+@_not_for_autograph
+def broadcast_variables(variables: Sequence, root: int = 0):
+    """Give every variable its value on ``root``, in place: None eagerly, an op in a graph.
+
+    Resource variables, with the native kernels loaded, receive straight into their own buffers
+    (one variable) or from one fused buffer (several); otherwise this is :func:`broadcast` and an
+    assignment on every rank but the root (which holds what it sent).
+    """
+    import tensorflow as tf
+
+    variables = list(variables)
+    if not variables or size() == 1:
+        return None if tf.executing_eagerly() else tf.no_op()
+    native = _native_variable_broadcast_for(variables, root)
+    if native is not None:
+        if tf.executing_eagerly():
+            native.ops.npu_sim_broadcast_variables([v.handle for v in variables], root=root)
+            return None
+        return _chained("broadcast", lambda: [native.ops.npu_sim_broadcast_variables(
+            [v.handle for v in variables], root=root, name="broadcast_variables")])[0]
+    received = broadcast([v.value() if hasattr(v, "value") else v for v in variables], root)
+    if rank() == root:
+        return None if tf.executing_eagerly() else tf.group(*received)
+    assigned = [tf.compat.v1.assign(v, value) for v, value in zip(variables, received)]
+    return None if tf.executing_eagerly() else tf.group(*assigned)

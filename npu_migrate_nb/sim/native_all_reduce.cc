@@ -7,16 +7,22 @@
 // descriptor (kind, op, root, bytes, shape signature, sequence) is all-gathered first and every
 // rank fails with the same message when ranks disagree, one MPI_Allreduce carries the data, and
 // float32 results are multiplied by `scale` and divided by `divisor` afterwards (a float attr is 32-bit:
-// float64 tensors stay on the numpy path, whose scale is exact in their precision).
+// float64 tensors stay on the numpy path, whose scale is exact in their precision). The numpy path's
+// two cheaper ways are here too: a mean over a power-of-two rank count is scaled while it is fused
+// (comm._exact_factor), and another scaled reduction of 1 MB and more is a reduce-scatter, the
+// scale on this rank's share, and an all-gather (comm._scattered_allreduce).
 //
 // MPI is not linked: comm.py hands over MPI_Allreduce/MPI_Iallgather/MPI_Test and the communicator, datatype
 // and op handles of the process's mpi4py (MPICH ABI: int handles). The MPI lock, the sequence
 // counter and "which collective am I in" live here and are shared with the Python paths through
 // the extern "C" functions below, so the two paths stay one ordered stream of collectives.
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <mutex>
 #include <sstream>
@@ -26,6 +32,8 @@
 
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/resource_mgr.h"
+#include "tensorflow/core/framework/resource_var.h"
 #include "tensorflow/core/framework/shape_inference.h"
 
 using namespace tensorflow;
@@ -36,12 +44,16 @@ typedef int (*AllreduceFn)(const void*, void*, int, int, int, int);
 typedef int (*IallgatherFn)(const void*, int, int, void*, int, int, int, int*);
 typedef int (*TestFn)(int*, int*, void*);
 typedef int (*BcastFn)(void*, int, int, int, int);
+typedef int (*ReduceScatterFn)(const void*, void*, const int*, int, int, int);
+typedef int (*AllgathervFn)(const void*, int, int, void*, const int*, const int*, int, int);
 
 struct Mpi {
   AllreduceFn allreduce = nullptr;
   IallgatherFn iallgather = nullptr;
   TestFn test = nullptr;
   BcastFn bcast = nullptr;
+  ReduceScatterFn reduce_scatter = nullptr;
+  AllgathervFn allgatherv = nullptr;
   int byte_type = 0;
   int comm = 0, int64_type = 0, float_type = 0, int32_type = 0;
   int sum = 0, max = 0, min = 0, prod = 0;
@@ -89,6 +101,16 @@ Status WaitPolitely(int* request, const char* kind, int64_t sequence) {
       std::this_thread::yield();  // as MPICH's own polling does: a runnable rank on this core goes first
     }
   }
+}
+
+// numpy asks for transparent huge pages on large arrays (madvise; the kernel's default here), and an
+// MPI reduction into 4 KB pages ran ~7% slower than into numpy's: the recycled buffers ask too.
+void AskForHugePages(const void* data, int64_t bytes) {
+  const int64_t huge = 2 << 20;
+  if (bytes < 2 * huge) return;
+  const uintptr_t start = (reinterpret_cast<uintptr_t>(data) + huge - 1) / huge * huge;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(data) + bytes) / huge * huge;
+  if (end > start) madvise(reinterpret_cast<void*>(start), end - start, MADV_HUGEPAGE);  // a hint: errors ignored
 }
 
 uint32_t Crc32(const std::string& text) {  // zlib.crc32
@@ -204,8 +226,11 @@ template <> int MpiType<int64_t>() { return g_mpi.int64_type; }
 
 extern "C" {
 
-void npu_sim_configure(void* allreduce, void* iallgather, void* test, void* bcast, void* in_place, int64_t spin_ns, int size, int rank, int comm,
+void npu_sim_configure(void* allreduce, void* iallgather, void* test, void* bcast, void* reduce_scatter, void* allgatherv,
+                       void* in_place, int64_t spin_ns, int size, int rank, int comm,
                        int int64_type, int float_type, int int32_type, int byte_type, int sum, int max, int min, int prod) {
+  g_mpi.reduce_scatter = reinterpret_cast<ReduceScatterFn>(reduce_scatter);
+  g_mpi.allgatherv = reinterpret_cast<AllgathervFn>(allgatherv);
   g_mpi.bcast = reinterpret_cast<BcastFn>(bcast);
   g_mpi.byte_type = byte_type;
   g_mpi.allreduce = reinterpret_cast<AllreduceFn>(allreduce);
@@ -287,22 +312,27 @@ class NpuSimAllReduceOp : public OpKernel {
     }
     OP_REQUIRES(context, count <= INT32_MAX, errors::InvalidArgument("all_reduce of over 2**31 elements"));
 
-    Tensor fused = FreeBuffer(count);
+    Tensor fused = FreeBuffer(pool_, count);
     T* receive = fused.flat<T>().data();
-    const T* send = values[0].flat<T>().data();
-    if (values.size() > 1) {  // fused in the receive buffer, reduced in place: one copy, no staging buffer
-      int64_t end = 0;
-      for (int i = 0; i < values.size(); ++i) {
-        std::fill(receive + end, receive + offsets[i], T(0));  // the padding, reduced with the rest
-        std::memcpy(receive + offsets[i], values[i].flat<T>().data(), values[i].NumElements() * sizeof(T));
-        end = offsets[i] + values[i].NumElements();
+    const T factor = ExactFactor();
+    const bool scattered = factor == T(0) && Scattered(count);
+    Tensor staging = values.size() > 1 && scattered ? FreeBuffer(staging_pool_, count) : Tensor();
+    if (factor != T(0)) {  // comm._allreduce_group: scaled while fused, then reduced in place
+      Fuse(values, offsets, receive, factor);
+      OP_REQUIRES_OK(context, Exchange(reinterpret_cast<const T*>(g_mpi.in_place), receive, count, bytes, Crc32(signature)));
+    } else if (scattered) {
+      const T* send = values.size() > 1 ? staging.flat<T>().data() : values[0].flat<T>().data();
+      if (values.size() > 1) Fuse(values, offsets, staging.flat<T>().data(), T(1));
+      OP_REQUIRES_OK(context, ScatteredExchange(send, receive, count, bytes, Crc32(signature)));
+    } else {  // a single tensor is sent from where it lies; several are fused and reduced in place
+      const T* send = values[0].flat<T>().data();
+      if (values.size() > 1) {
+        Fuse(values, offsets, receive, T(1));
+        send = reinterpret_cast<const T*>(g_mpi.in_place);
       }
-      send = reinterpret_cast<const T*>(g_mpi.in_place);
+      OP_REQUIRES_OK(context, Exchange(send, receive, count, bytes, Crc32(signature)));
+      if (std::is_floating_point<T>::value) Rescale(receive, count);
     }
-
-    OP_REQUIRES_OK(context, Exchange(send, receive, count, bytes, Crc32(signature)));
-
-    if (std::is_floating_point<T>::value) Rescale(receive, count);
     for (int i = 0; i < values.size(); ++i) {
       Tensor out;
       Tensor piece = fused.Slice(offsets[i], offsets[i] + values[i].NumElements());
@@ -321,15 +351,86 @@ class NpuSimAllReduceOp : public OpKernel {
   // A fused buffer of `count` elements that no output of an earlier step still uses. Fresh pages
   // cost as much as the reduction itself (a 64 MB tensor is above malloc's mmap threshold, so
   // TensorFlow's CPU allocator maps and faults it in at every step): buffers are kept and reused.
-  Tensor FreeBuffer(int64_t count) {
+  Tensor FreeBuffer(std::vector<Tensor>& pool, int64_t count) {
     mutex_lock guard(pool_lock_);
-    for (const Tensor& buffer : pool_) {
+    for (const Tensor& buffer : pool) {
       if (buffer.NumElements() == count && buffer.RefCountIsOne()) return buffer;
     }
     Tensor buffer(DataTypeToEnum<T>::value, TensorShape({count}));
-    if (pool_.size() >= kPoolSize) pool_.erase(pool_.begin());
-    pool_.push_back(buffer);
+    AskForHugePages(buffer.tensor_data().data(), buffer.TotalBytes());
+    if (pool.size() >= kPoolSize) pool.erase(pool.begin());
+    pool.push_back(buffer);
     return buffer;
+  }
+
+  // comm._fuse_into: each tensor at its offset (times `factor`), the padding between them zeroed
+  static void Fuse(const OpInputList& values, const std::vector<int64_t>& offsets, T* fused, T factor) {
+    int64_t end = 0;
+    for (int i = 0; i < values.size(); ++i) {
+      std::fill(fused + end, fused + offsets[i], T(0));  // reduced with the rest: keep it harmless
+      const T* value = values[i].flat<T>().data();
+      const int64_t n = values[i].NumElements();
+      if (factor == T(1)) {
+        std::memcpy(fused + offsets[i], value, n * sizeof(T));
+      } else {
+        T* out = fused + offsets[i];
+        for (int64_t j = 0; j < n; ++j) out[j] = value[j] * factor;
+      }
+      end = offsets[i] + n;
+    }
+  }
+
+  // comm._exact_factor: scale / divisor when it is a power of two and the reduction a sum (a mean
+  // over 2, 4, 8 ranks), else 0. Multiplying by 2**k is exact, so scaling each rank's values
+  // before the sum gives the bits of scaling the sum (outside the subnormal range), and the scale
+  // rides on the copy into the fused buffer that the reduction needs anyway: no pass of its own.
+  T ExactFactor() const {
+    if (!std::is_floating_point<T>::value || op_code_ != 1 || (scale_ == 1.0f && divisor_ == 1.0f)) return T(0);
+    const double factor = static_cast<double>(scale_) / static_cast<double>(divisor_);
+    int exponent = 0;
+    return std::frexp(factor, &exponent) == 0.5 ? static_cast<T>(factor) : T(0);
+  }
+
+  // comm._scattered: any other scaled reduction of 1 MB and more is a reduce-scatter, the scale on
+  // this rank's share only, and an all-gather, instead of an all-reduce and a pass over the whole
+  // result: the scale then costs 1/N of a pass, on memory the reduction just wrote (the all-reduce
+  // of large messages is a reduce-scatter and an all-gather inside MPI anyway). Each element is
+  // still scaled once after the whole sum: the same bits at 2 ranks (a + b is b + a).
+  bool Scattered(int64_t count) const {
+    return std::is_floating_point<T>::value && (scale_ != 1.0f || divisor_ != 1.0f) && g_mpi.size > 1 &&
+           count * static_cast<int64_t>(sizeof(T)) >= kScatteredMinBytes && g_mpi.reduce_scatter != nullptr;
+  }
+
+  // comm._shares: rank r's share of `count` elements, boundaries on 64-byte lines
+  static void Shares(int64_t count, std::vector<int>* counts, std::vector<int>* displacements) {
+    const int size = g_mpi.size;
+    counts->resize(size);
+    displacements->resize(size);
+    int64_t start = 0;
+    for (int r = 0; r < size; ++r) {
+      const int64_t end = r + 1 == size ? count : std::min(count, RoundUp(count * (r + 1) / size));
+      (*displacements)[r] = static_cast<int>(start);
+      (*counts)[r] = static_cast<int>(std::max<int64_t>(end - start, 0));
+      start = std::max(start, end);
+    }
+  }
+
+  Status ScatteredExchange(const T* send, T* receive, int64_t count, int64_t bytes, int64_t signature) {
+    std::vector<int> counts, displacements;
+    Shares(count, &counts, &displacements);
+    InCollective collective(kAllReduce);
+    TF_RETURN_IF_ERROR(Agree(kAllReduce, op_code_, 0, bytes, signature, collective.sequence()));
+    int op = op_code_ == 1 ? g_mpi.sum : op_code_ == 2 ? g_mpi.max : op_code_ == 3 ? g_mpi.min : g_mpi.prod;
+    T* mine = receive + displacements[g_mpi.rank];
+    if (g_mpi.reduce_scatter(send, mine, counts.data(), MpiType<T>(), op, g_mpi.comm) != 0) {
+      return errors::Internal("MPI_Reduce_scatter failed");
+    }
+    Rescale(mine, counts[g_mpi.rank]);
+    if (g_mpi.allgatherv(g_mpi.in_place, 0, MpiType<T>(), receive, counts.data(), displacements.data(),
+                         MpiType<T>(), g_mpi.comm) != 0) {
+      return errors::Internal("MPI_Allgatherv failed");
+    }
+    return OkStatus();
   }
 
   // float32 only (float64 stays on the numpy path); exact IEEE operations, the numpy path's bits.
@@ -345,8 +446,10 @@ class NpuSimAllReduceOp : public OpKernel {
   }
 
   static constexpr size_t kPoolSize = 2;  // the buffer in use by this step's consumers, and the next
+  static constexpr int64_t kScatteredMinBytes = 1 << 20;  // comm._SCATTERED_MIN_BYTES
   mutex pool_lock_;
-  std::vector<Tensor> pool_;
+  std::vector<Tensor> pool_;          // fused results, handed out as the outputs
+  std::vector<Tensor> staging_pool_;  // the fused input of a scattered reduction (never handed out)
 
   Status Exchange(const T* send, T* receive, int64_t count, int64_t bytes, int64_t signature) {
     InCollective collective(kAllReduce);
@@ -446,6 +549,7 @@ class NpuSimBroadcastOp : public OpKernel {
       if (buffer.NumElements() == bytes && buffer.RefCountIsOne()) return buffer;
     }
     Tensor buffer(DT_INT8, TensorShape({bytes}));
+    AskForHugePages(buffer.tensor_data().data(), buffer.TotalBytes());
     if (pool_.size() >= 2) pool_.erase(pool_.begin());
     pool_.push_back(buffer);
     return buffer;
@@ -457,3 +561,135 @@ class NpuSimBroadcastOp : public OpKernel {
 };
 
 REGISTER_KERNEL_BUILDER(Name("NpuSimBroadcast").Device(DEVICE_CPU), NpuSimBroadcastOp);
+
+// npu.distribute.broadcast of resource variables: each variable receives root's value in place,
+// under its lock, as an optimizer's update does (a tensor read from it earlier and still held is
+// left as it was: the variable then gets a new buffer). Against comm.broadcast and an assignment,
+// a receiving rank saves one copy of every byte, and the pages of a fresh buffer. One variable is
+// sent from and received into its own buffer; several are fused into one recycled buffer (MPI
+// moves a datatype over many buffers 20x slower here, and one message per variable 2.5x).
+REGISTER_OP("NpuSimBroadcastVariables")
+    .Input("resources: N * resource")
+    .Attr("N: int >= 1")
+    .Attr("root: int")
+    .SetIsStateful()
+    .SetShapeFn(shape_inference::NoOutputs);
+
+class NpuSimBroadcastVariablesOp : public OpKernel {
+ public:
+  explicit NpuSimBroadcastVariablesOp(OpKernelConstruction* context) : OpKernel(context) {
+    OP_REQUIRES_OK(context, context->GetAttr("root", &root_));
+  }
+
+  void Compute(OpKernelContext* context) override {
+    OP_REQUIRES(context, g_mpi.bcast != nullptr,
+                errors::FailedPrecondition("the simulator's native collectives are not configured"));
+    OP_REQUIRES(context, !g_aborted.load(),
+                errors::Aborted("aborted by the runner (while starting a broadcast)"));
+    const int n = context->num_inputs();
+    std::vector<core::RefCountPtr<Var>> variables(n);
+    for (int i = 0; i < n; ++i) {
+      OP_REQUIRES_OK(context, LookupResource(context, HandleFromInput(context, i), &variables[i]));
+    }
+    std::vector<Var*> order;  // locked in address order (a variable given twice, once)
+    for (auto& variable : variables) order.push_back(variable.get());
+    std::sort(order.begin(), order.end());
+    order.erase(std::unique(order.begin(), order.end()), order.end());
+    for (Var* variable : order) variable->mu()->lock();
+    Status status = Broadcast(context, variables);
+    for (Var* variable : order) variable->mu()->unlock();
+    OP_REQUIRES_OK(context, status);
+  }
+
+ private:
+  Status Broadcast(OpKernelContext* context, std::vector<core::RefCountPtr<Var>>& variables) {
+    const int n = variables.size();
+    const bool root = g_mpi.rank == root_;
+    std::vector<int64_t> offsets(n);
+    int64_t end = 0, bytes = 0;
+    std::string signature;
+    for (int i = 0; i < n; ++i) {
+      Var* variable = variables[i].get();
+      if (!variable->is_initialized) {
+        return errors::FailedPrecondition("broadcast of a variable that is not initialized (",
+                                          variable->DebugString(), ")");
+      }
+      const Tensor& value = *variable->tensor();
+      if (std::string(NumpyDtypeStr(value.dtype())) == "?") {
+        return errors::InvalidArgument("broadcast of a ", DataTypeString(value.dtype()), " variable");
+      }
+      offsets[i] = (end + 63) / 64 * 64;
+      end = offsets[i] + value.TotalBytes();
+      bytes += value.TotalBytes();
+      signature += (i ? ";" : "") + std::string(NumpyDtypeStr(value.dtype())) + ShapeText(value.shape());
+    }
+    if (end > INT32_MAX) return errors::InvalidArgument("broadcast of over 2 GB");
+    // where each variable receives: its own buffer, unless a tensor read from it is still held
+    if (!root) {
+      for (int i = 0; i < n; ++i) TF_RETURN_IF_ERROR(Writable(context, variables[i].get()));
+    }
+    Tensor fused;
+    uint8_t* buffer = nullptr;
+    if (n == 1) {
+      buffer = reinterpret_cast<uint8_t*>(const_cast<char*>(variables[0]->tensor()->tensor_data().data()));
+    } else {
+      fused = FreeBuffer(end);
+      buffer = reinterpret_cast<uint8_t*>(fused.flat<int8>().data());
+      if (root) {
+        int64_t filled = 0;
+        for (int i = 0; i < n; ++i) {
+          const Tensor& value = *variables[i]->tensor();
+          std::memset(buffer + filled, 0, offsets[i] - filled);
+          std::memcpy(buffer + offsets[i], value.tensor_data().data(), value.TotalBytes());
+          filled = offsets[i] + value.TotalBytes();
+        }
+      }
+    }
+    {
+      InCollective collective(kBroadcast);
+      TF_RETURN_IF_ERROR(Agree(kBroadcast, 0, root_, bytes, Crc32(signature), collective.sequence()));
+      if (g_mpi.bcast(buffer, static_cast<int>(n == 1 ? bytes : end), g_mpi.byte_type, root_, g_mpi.comm) != 0) {
+        return errors::Internal("MPI_Bcast failed");
+      }
+    }
+    if (!root && n > 1) {
+      for (int i = 0; i < n; ++i) {
+        Tensor* value = variables[i]->tensor();
+        std::memcpy(const_cast<char*>(value->tensor_data().data()), buffer + offsets[i], value->TotalBytes());
+      }
+    }
+    return OkStatus();
+  }
+
+  // As training_op_helpers' PrepareToUpdateVariable: the variable's buffer may be written when it
+  // is the buffer's only owner; otherwise it gets a new one (the old value stays with its readers).
+  static Status Writable(OpKernelContext* context, Var* variable) {
+    Tensor* value = variable->tensor();
+    if (value->RefCountIsOne() && !variable->copy_on_read_mode.load()) return OkStatus();
+    Tensor fresh;
+    AllocatorAttributes attributes;
+    attributes.set_gpu_compatible(true);
+    attributes.set_nic_compatible(true);
+    TF_RETURN_IF_ERROR(context->allocate_temp(value->dtype(), value->shape(), &fresh, attributes));
+    *value = fresh;
+    return OkStatus();
+  }
+
+  Tensor FreeBuffer(int64_t bytes) {  // as NpuSimAllReduceOp::FreeBuffer
+    mutex_lock guard(pool_lock_);
+    for (const Tensor& buffer : pool_) {
+      if (buffer.NumElements() == bytes && buffer.RefCountIsOne()) return buffer;
+    }
+    Tensor buffer(DT_INT8, TensorShape({bytes}));
+    AskForHugePages(buffer.tensor_data().data(), buffer.TotalBytes());
+    if (pool_.size() >= 2) pool_.erase(pool_.begin());
+    pool_.push_back(buffer);
+    return buffer;
+  }
+
+  int root_ = 0;
+  mutex pool_lock_;
+  std::vector<Tensor> pool_;
+};
+
+REGISTER_KERNEL_BUILDER(Name("NpuSimBroadcastVariables").Device(DEVICE_CPU), NpuSimBroadcastVariablesOp);

@@ -69,7 +69,8 @@ def _load(world_size: int, spin_seconds: float) -> Optional[NativeAllReduce]:
     _declare(lib)
     mpi = ctypes.CDLL(_libmpi_path())
     handles = (MPI.COMM_WORLD, MPI.INT64_T, MPI.FLOAT, MPI.INT32_T, MPI.BYTE, MPI.SUM, MPI.MAX, MPI.MIN, MPI.PROD)
-    functions = (mpi.MPI_Allreduce, mpi.MPI_Iallgather, mpi.MPI_Test, mpi.MPI_Bcast)
+    functions = (mpi.MPI_Allreduce, mpi.MPI_Iallgather, mpi.MPI_Test, mpi.MPI_Bcast, mpi.MPI_Reduce_scatter,
+                 mpi.MPI_Allgatherv)
     lib.npu_sim_configure(*[ctypes.cast(function, ctypes.c_void_p) for function in functions],
                           ctypes.c_void_p(int(MPI.IN_PLACE) & (2**64 - 1)), int(spin_seconds * 1e9),
                           world_size, MPI.COMM_WORLD.Get_rank(),
@@ -78,7 +79,7 @@ def _load(world_size: int, spin_seconds: float) -> Optional[NativeAllReduce]:
 
 
 def _declare(lib: ctypes.CDLL) -> None:
-    lib.npu_sim_configure.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64] + [ctypes.c_int] * 11
+    lib.npu_sim_configure.argtypes = [ctypes.c_void_p] * 7 + [ctypes.c_int64] + [ctypes.c_int] * 11
     lib.npu_sim_configure.restype = None
     for name in ("npu_sim_next_sequence", "npu_sim_current", "npu_sim_completed"):
         getattr(lib, name).restype = ctypes.c_int64

@@ -437,3 +437,120 @@ def test_rank_size_one_is_a_no_op_without_mpi(tmp_path):
     assert r["mpi_imported"] is False
     assert "not started by mpiexec" in r["two_without_mpi"]
     assert "CM_WORKER_SIZE" in r["both_sizes"]
+
+
+LARGE_MEANS = """
+import hashlib
+import numpy as np
+import tensorflow as tf
+from npu_migrate_nb.sim import comm
+
+me, n = comm.rank(), comm.size()
+result["rank"] = me
+rng = np.random.default_rng(11 + me)
+# 1.2 MB and 4 MB: above the 1 MB where a mean that is not a power of two is scattered
+shapes = {"one": [(1_000_003,)], "list": [(300, 1001), (7,), (5, 5, 3), (700_001,)]}
+
+@tf.function
+def mean_in_graph(tensors, divide):
+    if divide:  # TF1's way: sum, then divided by N
+        return comm.all_reduce(tensors, "sum", divisor=float(n))
+    return comm.all_reduce(tensors, "sum", scale=1.0 / n)
+
+for name, wanted in shapes.items():
+    values = [rng.standard_normal(s).astype(np.float32) for s in wanted]
+    summed = comm.allreduce_arrays(values, "sum")
+    for divide in (False, True):
+        label = f"{name}/{'divisor' if divide else 'scale'}"
+        numpy_path = comm.allreduce_arrays(values, "sum", **({"divisor": float(n)} if divide else {"scale": 1.0 / n}))
+        native = [t.numpy() for t in mean_in_graph([tf.constant(v) for v in values], divide)]
+        result[label] = {
+            "native_is_numpy_path": all(np.array_equal(a, b) for a, b in zip(native, numpy_path)),
+            "exactly_sum_over_n": all(np.array_equal(a, s / np.float32(n)) for a, s in zip(native, summed)),
+            "close_to_sum_over_n": all(np.allclose(a, s / np.float32(n), rtol=1e-6, atol=1e-7)
+                                       for a, s in zip(native, summed)),
+            "shapes": [list(a.shape) for a in native],
+        }
+# every rank holds the same bits (each share was scaled by one rank and gathered by all)
+digests = comm._mpi().COMM_WORLD.allgather(hashlib.sha256(b"".join(a.tobytes() for a in native)).hexdigest())
+result["same_on_every_rank"] = len(set(digests)) == 1
+emit()
+"""
+
+
+@pytest.mark.sim
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_large_means_are_sum_over_n_on_both_paths(tmp_path, ranks):
+    """A mean over a power-of-two rank count is scaled while fused (bits of sum, then scale); over
+    3 ranks, above 1 MB, it is a reduce-scatter, a scale and an all-gather: the sum's order may
+    change the last bit, so it is close, and the native kernel still gives the numpy path's bits."""
+    done, results = run_script(tmp_path, LARGE_MEANS, ranks=ranks, timeout=300)
+    for r in _by_rank(done, results, ranks):
+        for label in ("one/scale", "one/divisor", "list/scale", "list/divisor"):
+            case = r[label]
+            assert case["native_is_numpy_path"], (ranks, label)
+            assert case["close_to_sum_over_n"], (ranks, label)
+            if ranks == 2:  # a + b is b + a: no order to differ in
+                assert case["exactly_sum_over_n"], label
+        assert r["list/scale"]["shapes"] == [[300, 1001], [7], [5, 5, 3], [700001]]
+        assert r["same_on_every_rank"]
+
+
+BROADCAST_VARIABLES = """
+import numpy as np
+import tensorflow as tf
+from npu_migrate_nb.sim import comm
+
+me, n = comm.rank(), comm.size()
+result["rank"] = me
+
+def address(variable):
+    value = variable.value()
+    return int(value._numpy().ctypes.data) if value.dtype != tf.bool else 0
+
+def values(variables):
+    return [v.numpy().tolist() for v in variables]
+
+# several dtypes in one call, eagerly, from rank 1
+mixed = [tf.Variable(np.full((3, 4), me, np.float32)), tf.Variable(np.arange(5) * (me + 1)),
+         tf.Variable([me % 2 == 0, True]), tf.Variable(np.full(3, me + 0.5, np.float16))]
+held = mixed[0].value()  # a tensor read before: it must keep the value it was read with
+comm.broadcast_variables(mixed, root=1)
+result["mixed"] = values(mixed)
+result["held"] = held.numpy().tolist()
+
+# one large variable received into its own buffer, in a tf.function, from rank 0
+large = tf.Variable(np.full(1 << 20, me, np.float32))
+before = address(large)
+broadcast_in_graph = tf.function(lambda: comm.broadcast_variables([large], root=0) and None)
+broadcast_in_graph()
+result["large"] = float(large.numpy().sum())
+result["same_buffer"] = address(large) == before
+result["kernels"] = sorted({o.type for o in broadcast_in_graph.get_concrete_function().graph.get_operations()
+                            if o.type.startswith(("NpuSim", "PyFunc", "AssignVariable"))})
+
+# a TF1 graph with reference variables: the broadcast-and-assign path, run by a session
+graph = tf.Graph()
+with graph.as_default():
+    reference = tf.compat.v1.Variable(np.full(4, me, np.float32), use_resource=False)
+    op = comm.broadcast_variables([reference], root=1)
+    with tf.compat.v1.Session(graph=graph) as session:
+        session.run(reference.initializer)
+        session.run(op)
+        result["reference"] = session.run(reference).tolist()
+emit()
+"""
+
+
+@pytest.mark.sim
+def test_broadcast_variables_in_place(tmp_path):
+    done, results = run_script(tmp_path, BROADCAST_VARIABLES, ranks=2, timeout=300)
+    rank0, rank1 = _by_rank(done, results, 2)
+    for r in (rank0, rank1):
+        assert r["mixed"] == [[[1.0] * 4] * 3, [0, 2, 4, 6, 8], [False, True], [1.5] * 3]
+        assert r["large"] == 0.0  # rank 0's zeros everywhere
+        assert r["same_buffer"]  # received where the variable lies: no new buffer, no copy
+        assert r["kernels"] == ["NpuSimBroadcastVariables"]
+        assert r["reference"] == [1.0] * 4
+    assert rank0["held"] == [[0.0] * 4] * 3  # what rank 0 had read stays as read
+    assert rank1["held"] == [[1.0] * 4] * 3

@@ -84,11 +84,7 @@ def broadcast(values, root_rank=0, fusion=2, fusion_id=0, group="hccl_world_grou
     variables = list(values) if isinstance(values, (list, tuple)) else [values]
     if not variables:
         return
-    received = comm.broadcast([tf.convert_to_tensor(v) for v in variables], root_rank)
-    if comm.rank() == root_rank:  # it holds what it sent: an assignment would only copy it again
-        return
-    for variable, value in zip(variables, received):
-        variable.assign(value, read_value=False)
+    comm.broadcast_variables(variables, root_rank)
 
 
 def npu_distributed_keras_optimizer_wrapper(optimizer, reduce_reduction="mean", fusion=1, fusion_id=-1,

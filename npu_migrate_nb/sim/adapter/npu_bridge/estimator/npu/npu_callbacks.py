@@ -13,8 +13,7 @@ from npu_bridge.estimator.npu import util as util_lib
 
 def broadcast_global_variables(root_rank, variables):
     """A graph op assigning ``variables`` their value on ``root_rank``."""
-    values = comm.broadcast([v.value() for v in variables], root_rank)
-    return tf.group(*[tf.compat.v1.assign(v, value) for v, value in zip(variables, values)])
+    return tf.group(comm.broadcast_variables(variables, root_rank))
 
 
 class BroadcastGlobalVariablesCallbackImpl:
@@ -34,8 +33,7 @@ class BroadcastGlobalVariablesCallbackImpl:
         if not variables:
             return
         if tf.executing_eagerly():
-            for v, value in zip(variables, comm.broadcast(variables, self.root_rank)):
-                v.assign(value)
+            comm.broadcast_variables(variables, self.root_rank)
             return
         session = tf.compat.v1.keras.backend.get_session()
         with session.graph.as_default():

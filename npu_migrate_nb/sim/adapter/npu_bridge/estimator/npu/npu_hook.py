@@ -16,9 +16,7 @@ def broadcast_global_variables(root_rank, index):
     variables = tf.compat.v1.trainable_variables()
     if not variables or comm.size() == 1:
         return tf.no_op(name="npu_broadcast_global_variables")
-    values = comm.broadcast([v.value() if hasattr(v, "value") else v for v in variables], root_rank)
-    return tf.group(*[tf.compat.v1.assign(v, value) for v, value in zip(variables, values)],
-                    name="npu_broadcast_global_variables")
+    return tf.group(comm.broadcast_variables(variables, root_rank), name="npu_broadcast_global_variables")
 
 
 class NPUBroadcastGlobalVariablesHook(session_run_hook.SessionRunHook):
