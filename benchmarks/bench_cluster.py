@@ -29,6 +29,9 @@ every rank, is a floor no simulator removes (no goal).
 3. One full Ascend server (8 ranks) on this machine against 2 ranks (and 4), the same notebook and
    global batch, so the same total compute (ResNet-style model by default): cluster ready time,
    epoch time and CPU of all ranks, alternating rounds.       goals: epoch <= 1.5x, ready <= 2x
+   Beside each size, its floor: as many plain processes (no MPI, no adapter, no collective), each
+   with a rank's share of rows, batch and cores, training at the same time. The floor's own 8-vs-2
+   ratio is what the machine imposes; the ranks' ratio to their floor is what the simulator adds.
    Then the memory of a rank (RSS at ready and after training, USS, PSS; median over the ranks),
    next to one plain process that imported TensorFlow and mpi4py.
 

@@ -23,6 +23,7 @@ import re
 import select
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -96,6 +97,8 @@ class Cluster:
         self._client = None
         self._view = None
         self._launched_pids: List[int] = []  # controller and mpiexec, our direct children
+        self._fork_server = None  # the zygote's process (a Popen), when ranks are forked from it
+        self.launcher_pids: Dict[int, int] = {}  # rank -> the process mpiexec started (hydra names it)
         self._owns_processes = False
         self._death_watch: Optional[_DeathWatch] = None
         self._shared_memory: List[str] = []
@@ -146,7 +149,14 @@ class Cluster:
             self._kill_processes()
         self._ipp_cluster = None
         self.rank_pids = {}
+        self.launcher_pids = {}
         self._launched_pids = []
+        if self._fork_server is not None:
+            try:
+                self._fork_server.wait(timeout=1.0)  # killed with the rest: reap it
+            except Exception:
+                pass
+            self._fork_server = None
         if self.state_dir:
             shutil.rmtree(self.state_dir, ignore_errors=True)
             self.state_dir = None
@@ -215,9 +225,10 @@ class Cluster:
         import ipyparallel as ipp
         from traitlets.config import Config
 
+        environment = {SETTINGS_VARIABLE: json.dumps(self.engine_settings()), **mpi_wait_settings(self.n)}
         config = Config()
         config.MPIEngineSetLauncher.mpi_cmd = [find_mpiexec()]
-        config.MPIEngineSetLauncher.engine_cmd = [sys.executable, "-m", "npu_migrate_nb.sim.engine"]
+        config.MPIEngineSetLauncher.engine_cmd = self._engine_command(environment)
         # The nanny is one more Python process per rank; we watch the ranks ourselves.
         config.MPIEngineSetLauncher.engine_args = [
             "--IPEngine.enable_nanny=False",
@@ -239,7 +250,6 @@ class Cluster:
             config=config,
         )
         self._owns_processes = True
-        environment = {SETTINGS_VARIABLE: json.dumps(self.engine_settings()), **mpi_wait_settings(self.n)}
         cluster.start_controller_sync()
         self._launched_pids.append(cluster.controller.process.pid)
         self._note_pids(self._launched_pids)
@@ -249,6 +259,24 @@ class Cluster:
         self._note_pids(self._launched_pids[1:])
         self._client = self._connect(cluster)
         self._wait_for_engines()
+
+    def _engine_command(self, environment: dict) -> List[str]:
+        """What mpiexec runs per rank: a stand-in that has the fork server fork the rank (TensorFlow
+        imported once for all ranks, see :mod:`zygote`), or the engine itself."""
+        from . import zygote
+
+        path = os.path.join(self.state_dir, "fork.sock")
+        if not zygote.enabled() or len(path) > 100:  # a Unix socket's path is short
+            return [sys.executable, "-m", "npu_migrate_nb.sim.engine"]
+        with open(os.path.join(self.state_dir, "fork-server.log"), "wb") as log:
+            server = subprocess.Popen([sys.executable, "-m", "npu_migrate_nb.sim.zygote", "serve", path],
+                                      env={**os.environ, **environment}, stdin=subprocess.DEVNULL,
+                                      stdout=log, stderr=subprocess.STDOUT)
+        self._fork_server = server
+        self._owns_processes = True  # stopped with the rest, even if the start fails after this
+        self._note_pids([server.pid])
+        environment[zygote.SERVER_PID_VARIABLE] = str(server.pid)
+        return [sys.executable, "-m", "npu_migrate_nb.sim.zygote", "rank", path]
 
     def _connect(self, cluster):
         deadline = time.monotonic() + self.startup_timeout
@@ -327,10 +355,11 @@ class Cluster:
         self._view = self._view_of(ids)
         self._view.block = False
         identities = self._view.apply_sync(_rank_identity)
-        for engine_id, (rank, pid) in zip(ids, identities):
+        for engine_id, (rank, pid, launcher_pid) in zip(ids, identities):
             if self.profile is None and rank != engine_id:
                 raise ClusterError(f"engine {engine_id} has RANK_ID {rank}: engine ids must equal MPI ranks")
             self.rank_pids[rank] = pid
+            self.launcher_pids[rank] = launcher_pid
         if self._owns_processes:
             self._note_pids(self.rank_pids.values())
         self._death_watch = _DeathWatch(self.rank_pids)
@@ -360,19 +389,46 @@ class Cluster:
 
         Hydra kills the other ranks at once, so by the time we look several may be gone; only its
         report says which one went first. Waits up to ``wait`` s for the report to be written.
+        With ranks forked by the fork server, its record says it instead: it sees each rank end
+        before the rank's stand-in (what hydra watches) does.
         """
         deadline = time.monotonic() + wait
         while True:
+            if self._fork_server is not None:
+                first = self._first_fork_server_exit()
+                if first is not None:
+                    return first
+                if time.monotonic() > deadline:
+                    return None
+                time.sleep(0.05)
+                continue
             report = _parse_bad_termination(self._engine_output())
             if report is not None:
                 pid, how = report
                 for rank, rank_pid in self.rank_pids.items():
-                    if rank_pid == pid:
+                    if pid in (rank_pid, self.launcher_pids.get(rank)):
                         return rank, how
                 return None
             if time.monotonic() > deadline:
                 return None
             time.sleep(0.05)
+
+    def _first_fork_server_exit(self) -> Optional[Tuple[int, str]]:
+        """The first rank the fork server saw end, and how (in hydra's words), from its record."""
+        from .zygote import exits_path
+
+        try:
+            with open(exits_path(os.path.join(self.state_dir, "fork.sock")), encoding="utf-8") as stream:
+                line = stream.readline()
+        except OSError:
+            return None
+        if not line.endswith("\n"):
+            return None
+        first = json.loads(line)
+        rank = next((r for r, pid in self.rank_pids.items() if pid == first["pid"]), None)
+        if rank is None:
+            return None
+        return rank, (f"killed (signal {first['signal']})" if "signal" in first else f"exit code {first['code']}")
 
     def _engine_output(self) -> str:
         cluster = self._ipp_cluster
@@ -433,7 +489,8 @@ class Cluster:
 
     def _our_processes(self) -> List[psutil.Process]:
         found: Dict[int, psutil.Process] = {}
-        for pid in list(self._launched_pids) + list(self.rank_pids.values()):
+        server = [self._fork_server.pid] if self._fork_server is not None else []
+        for pid in list(self._launched_pids) + server + list(self.rank_pids.values()):
             try:
                 process = psutil.Process(pid)
                 found[pid] = process
@@ -542,7 +599,9 @@ class _DeathWatch:
 def _rank_identity():
     import os
 
-    return int(os.environ["RANK_ID"]), os.getpid()
+    from npu_migrate_nb.sim.zygote import LAUNCHER_PID_VARIABLE
+
+    return int(os.environ["RANK_ID"]), os.getpid(), int(os.environ.get(LAUNCHER_PID_VARIABLE, os.getpid()))
 
 
 def _prepare_remote_rank(size, settings):
