@@ -460,7 +460,7 @@ def _split(flat: np.ndarray, like: Sequence[np.ndarray], offsets: Sequence[int])
 # Receive buffers of 1 MB and more are recycled: faulting in fresh pages costs about as much as
 # the reduction itself. A buffer is free again once no array view or TF tensor refers to it.
 _POOL_MIN_BYTES = 1 << 20
-_POOL_MAX_BYTES = 512 << 20
+_POOL_MAX_BYTES = 1 << 30
 _pool: "dict[int, list[np.ndarray]]" = {}
 
 
