@@ -175,6 +175,29 @@ class InCollective {
   int64_t sequence_;
 };
 
+// Buffers of one kernel, kept and reused once no output of an earlier step refers to them. Fresh
+// pages cost as much as the collective itself (a 64 MB tensor is above malloc's mmap threshold, so
+// TensorFlow's CPU allocator maps and faults it in at every step). Two per pool: the buffer this
+// step's consumers still hold, and the next.
+class RecycledBuffers {
+ public:
+  Tensor Free(DataType dtype, int64_t count) {
+    mutex_lock guard(lock_);
+    for (const Tensor& buffer : buffers_) {
+      if (buffer.dtype() == dtype && buffer.NumElements() == count && buffer.RefCountIsOne()) return buffer;
+    }
+    Tensor buffer(dtype, TensorShape({count}));
+    AskForHugePages(buffer.tensor_data().data(), buffer.TotalBytes());
+    if (buffers_.size() >= 2) buffers_.erase(buffers_.begin());
+    buffers_.push_back(buffer);
+    return buffer;
+  }
+
+ private:
+  mutex lock_;
+  std::vector<Tensor> buffers_;
+};
+
 // comm._agree: all-gather the descriptor; every rank fails with the same message if ranks differ.
 Status Agree(int64_t kind, int64_t op, int64_t root, int64_t bytes, int64_t signature, int64_t sequence) {
   int64_t mine[6] = {kind, op, root, bytes, signature, sequence};
@@ -312,11 +335,11 @@ class NpuSimAllReduceOp : public OpKernel {
     }
     OP_REQUIRES(context, count <= INT32_MAX, errors::InvalidArgument("all_reduce of over 2**31 elements"));
 
-    Tensor fused = FreeBuffer(pool_, count);
+    Tensor fused = results_.Free(DataTypeToEnum<T>::value, count);
     T* receive = fused.flat<T>().data();
     const T factor = ExactFactor();
     const bool scattered = factor == T(0) && Scattered(count);
-    Tensor staging = values.size() > 1 && scattered ? FreeBuffer(staging_pool_, count) : Tensor();
+    Tensor staging = values.size() > 1 && scattered ? staging_.Free(DataTypeToEnum<T>::value, count) : Tensor();
     if (factor != T(0)) {  // comm._allreduce_group: scaled while fused, then reduced in place
       Fuse(values, offsets, receive, factor);
       OP_REQUIRES_OK(context, Exchange(reinterpret_cast<const T*>(g_mpi.in_place), receive, count, bytes, Crc32(signature)));
@@ -346,21 +369,6 @@ class NpuSimAllReduceOp : public OpKernel {
   static int64_t RoundUp(int64_t elements) {
     const int64_t per_line = 64 / sizeof(T);
     return (elements + per_line - 1) / per_line * per_line;
-  }
-
-  // A fused buffer of `count` elements that no output of an earlier step still uses. Fresh pages
-  // cost as much as the reduction itself (a 64 MB tensor is above malloc's mmap threshold, so
-  // TensorFlow's CPU allocator maps and faults it in at every step): buffers are kept and reused.
-  Tensor FreeBuffer(std::vector<Tensor>& pool, int64_t count) {
-    mutex_lock guard(pool_lock_);
-    for (const Tensor& buffer : pool) {
-      if (buffer.NumElements() == count && buffer.RefCountIsOne()) return buffer;
-    }
-    Tensor buffer(DataTypeToEnum<T>::value, TensorShape({count}));
-    AskForHugePages(buffer.tensor_data().data(), buffer.TotalBytes());
-    if (pool.size() >= kPoolSize) pool.erase(pool.begin());
-    pool.push_back(buffer);
-    return buffer;
   }
 
   // comm._fuse_into: each tensor at its offset (times `factor`), the padding between them zeroed
@@ -445,11 +453,9 @@ class NpuSimAllReduceOp : public OpKernel {
     }
   }
 
-  static constexpr size_t kPoolSize = 2;  // the buffer in use by this step's consumers, and the next
   static constexpr int64_t kScatteredMinBytes = 1 << 20;  // comm._SCATTERED_MIN_BYTES
-  mutex pool_lock_;
-  std::vector<Tensor> pool_;          // fused results, handed out as the outputs
-  std::vector<Tensor> staging_pool_;  // the fused input of a scattered reduction (never handed out)
+  RecycledBuffers results_;  // fused results, handed out as the outputs
+  RecycledBuffers staging_;  // the fused input of a scattered reduction (never handed out)
 
   Status Exchange(const T* send, T* receive, int64_t count, int64_t bytes, int64_t signature) {
     InCollective collective(kAllReduce);
@@ -512,7 +518,7 @@ class NpuSimBroadcastOp : public OpKernel {
     OP_REQUIRES(context, end <= INT32_MAX, errors::InvalidArgument("broadcast of over 2 GB"));
     const bool root = g_mpi.rank == root_;
     const bool in_place = root && values.size() == 1;
-    Tensor fused = in_place ? Tensor() : FreeBuffer(end);
+    Tensor fused = in_place ? Tensor() : fused_.Free(DT_INT8, end);
     uint8_t* buffer = in_place ? const_cast<uint8_t*>(reinterpret_cast<const uint8_t*>(values[0].tensor_data().data()))
                                : reinterpret_cast<uint8_t*>(fused.flat<int8>().data());
     if (root && !in_place) {
@@ -543,21 +549,8 @@ class NpuSimBroadcastOp : public OpKernel {
   }
 
  private:
-  Tensor FreeBuffer(int64_t bytes) {  // as NpuSimAllReduceOp::FreeBuffer
-    mutex_lock guard(pool_lock_);
-    for (const Tensor& buffer : pool_) {
-      if (buffer.NumElements() == bytes && buffer.RefCountIsOne()) return buffer;
-    }
-    Tensor buffer(DT_INT8, TensorShape({bytes}));
-    AskForHugePages(buffer.tensor_data().data(), buffer.TotalBytes());
-    if (pool_.size() >= 2) pool_.erase(pool_.begin());
-    pool_.push_back(buffer);
-    return buffer;
-  }
-
   int root_ = 0;
-  mutex pool_lock_;
-  std::vector<Tensor> pool_;
+  RecycledBuffers fused_;
 };
 
 REGISTER_KERNEL_BUILDER(Name("NpuSimBroadcast").Device(DEVICE_CPU), NpuSimBroadcastOp);
@@ -633,7 +626,7 @@ class NpuSimBroadcastVariablesOp : public OpKernel {
     if (n == 1) {
       buffer = reinterpret_cast<uint8_t*>(const_cast<char*>(variables[0]->tensor()->tensor_data().data()));
     } else {
-      fused = FreeBuffer(end);
+      fused = fused_.Free(DT_INT8, end);
       buffer = reinterpret_cast<uint8_t*>(fused.flat<int8>().data());
       if (root) {
         int64_t filled = 0;
@@ -675,21 +668,8 @@ class NpuSimBroadcastVariablesOp : public OpKernel {
     return OkStatus();
   }
 
-  Tensor FreeBuffer(int64_t bytes) {  // as NpuSimAllReduceOp::FreeBuffer
-    mutex_lock guard(pool_lock_);
-    for (const Tensor& buffer : pool_) {
-      if (buffer.NumElements() == bytes && buffer.RefCountIsOne()) return buffer;
-    }
-    Tensor buffer(DT_INT8, TensorShape({bytes}));
-    AskForHugePages(buffer.tensor_data().data(), buffer.TotalBytes());
-    if (pool_.size() >= 2) pool_.erase(pool_.begin());
-    pool_.push_back(buffer);
-    return buffer;
-  }
-
   int root_ = 0;
-  mutex pool_lock_;
-  std::vector<Tensor> pool_;
+  RecycledBuffers fused_;
 };
 
 REGISTER_KERNEL_BUILDER(Name("NpuSimBroadcastVariables").Device(DEVICE_CPU), NpuSimBroadcastVariablesOp);

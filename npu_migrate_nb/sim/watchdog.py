@@ -23,7 +23,7 @@ def wait_for_exit(pid: int) -> None:
     try:
         fd = os.pidfd_open(pid)
     except (AttributeError, OSError):  # old kernel, or already gone
-        while _alive(pid):
+        while alive(pid):
             time.sleep(0.5)
         return
     try:
@@ -34,14 +34,19 @@ def wait_for_exit(pid: int) -> None:
         os.close(fd)
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Is ``pid`` running (a zombie, dead but not yet reaped by its parent, is not)?"""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def recorded_pids(path: str):

@@ -284,6 +284,8 @@ def _forward(pid: int, number: int) -> None:
 
 def _connect(path: str):
     """A connection to the server once it listens, or None when it is gone or never came."""
+    from .watchdog import alive
+
     server = os.environ.get(SERVER_PID_VARIABLE, "")
     deadline = time.monotonic() + _CONNECT_TIMEOUT_S
     while time.monotonic() < deadline:
@@ -293,24 +295,10 @@ def _connect(path: str):
             return connection
         except (FileNotFoundError, ConnectionRefusedError):
             connection.close()
-            if not server.isdigit() or not _alive(int(server)):
+            if not server.isdigit() or not alive(int(server)):
                 return None
             time.sleep(0.02)
     return None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie is not alive
-        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def main(argv=None) -> None:

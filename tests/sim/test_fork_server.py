@@ -77,3 +77,15 @@ def test_the_switch_turns_the_fork_server_off(monkeypatch):
         assert cluster.launcher_pids == cluster.rank_pids
         cluster.view.execute("value = 6 * 7").get()
         assert cluster.view.pull("value", block=True) == [42, 42]
+
+
+def test_a_stand_in_without_a_server_is_the_engine_itself(tmp_path):
+    """No server to reach (it never started, or died): the stand-in runs the engine in its place."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ, NPU_SIM_FORK_SERVER_PID="999999999")  # no such process
+    done = subprocess.run([sys.executable, "-m", "npu_migrate_nb.sim.zygote", "rank", str(tmp_path / "fork.sock"),
+                           "--help"], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Start an IPython engine for parallel computing." in done.stdout
