@@ -260,12 +260,15 @@ class Cluster:
         self._client = self._connect(cluster)
         self._wait_for_engines()
 
+    def _fork_socket(self) -> str:
+        return os.path.join(self.state_dir, "fork.sock")
+
     def _engine_command(self, environment: dict) -> List[str]:
         """What mpiexec runs per rank: a stand-in that has the fork server fork the rank (TensorFlow
         imported once for all ranks, see :mod:`zygote`), or the engine itself."""
         from . import zygote
 
-        path = os.path.join(self.state_dir, "fork.sock")
+        path = self._fork_socket()
         if not zygote.enabled() or len(path) > 100:  # a Unix socket's path is short
             return [sys.executable, "-m", "npu_migrate_nb.sim.engine"]
         with open(os.path.join(self.state_dir, "fork-server.log"), "wb") as log:
@@ -418,7 +421,7 @@ class Cluster:
         from .zygote import exits_path
 
         try:
-            with open(exits_path(os.path.join(self.state_dir, "fork.sock")), encoding="utf-8") as stream:
+            with open(exits_path(self._fork_socket()), encoding="utf-8") as stream:
                 line = stream.readline()
         except OSError:
             return None

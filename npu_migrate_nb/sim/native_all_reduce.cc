@@ -235,6 +235,46 @@ const char* NumpyDtypeStr(DataType dtype) {
   }
 }
 
+// comm._layout in bytes and comm._signature, for the broadcast kernels: where each tensor lies in
+// the fused byte buffer (64-byte boundaries), the bytes they hold, and the shape signature.
+struct ByteLayout {
+  std::vector<int64_t> offsets;
+  int64_t end = 0, bytes = 0;
+  std::string signature;
+};
+
+ByteLayout LayOutBytes(const std::vector<const Tensor*>& values) {
+  ByteLayout layout;
+  for (size_t i = 0; i < values.size(); ++i) {
+    const Tensor& value = *values[i];
+    layout.offsets.push_back((layout.end + 63) / 64 * 64);
+    layout.end = layout.offsets.back() + value.TotalBytes();
+    layout.bytes += value.TotalBytes();
+    layout.signature += (i ? ";" : "") + std::string(NumpyDtypeStr(value.dtype())) + ShapeText(value.shape());
+  }
+  return layout;
+}
+
+// the root's tensors copied to their offsets, the padding between them zeroed (comm._fuse_into)
+void FuseBytes(const std::vector<const Tensor*>& values, const ByteLayout& layout, uint8_t* buffer) {
+  int64_t filled = 0;
+  for (size_t i = 0; i < values.size(); ++i) {
+    std::memset(buffer + filled, 0, layout.offsets[i] - filled);
+    std::memcpy(buffer + layout.offsets[i], values[i]->tensor_data().data(), values[i]->TotalBytes());
+    filled = layout.offsets[i] + values[i]->TotalBytes();
+  }
+}
+
+// one broadcast of the process's ordered stream: the descriptor agreed, then `count` bytes moved
+Status BroadcastBytes(int root, const ByteLayout& layout, uint8_t* buffer, int64_t count) {
+  InCollective collective(kBroadcast);
+  TF_RETURN_IF_ERROR(Agree(kBroadcast, 0, root, layout.bytes, Crc32(layout.signature), collective.sequence()));
+  if (g_mpi.bcast(buffer, static_cast<int>(count), g_mpi.byte_type, root, g_mpi.comm) != 0) {
+    return errors::Internal("MPI_Bcast failed");
+  }
+  return OkStatus();
+}
+
 template <typename T> const char* DtypeStr();
 template <> const char* DtypeStr<float>() { return "<f4"; }
 template <> const char* DtypeStr<int32>() { return "<i4"; }
@@ -505,43 +545,24 @@ class NpuSimBroadcastOp : public OpKernel {
                 errors::FailedPrecondition("the simulator's native collectives are not configured"));
     OP_REQUIRES(context, !g_aborted.load(),
                 errors::Aborted("aborted by the runner (while starting a broadcast)"));
-    std::vector<int64_t> offsets(values.size());
-    int64_t end = 0, bytes = 0;
-    std::string signature;
-    for (int i = 0; i < values.size(); ++i) {
-      const int64_t size = values[i].TotalBytes();
-      offsets[i] = (end + 63) / 64 * 64;
-      end = offsets[i] + size;
-      bytes += size;
-      signature += (i ? ";" : "") + std::string(NumpyDtypeStr(values[i].dtype())) + ShapeText(values[i].shape());
-    }
-    OP_REQUIRES(context, end <= INT32_MAX, errors::InvalidArgument("broadcast of over 2 GB"));
+    std::vector<const Tensor*> tensors;
+    for (int i = 0; i < values.size(); ++i) tensors.push_back(&values[i]);
+    const ByteLayout layout = LayOutBytes(tensors);
+    OP_REQUIRES(context, layout.end <= INT32_MAX, errors::InvalidArgument("broadcast of over 2 GB"));
     const bool root = g_mpi.rank == root_;
     const bool in_place = root && values.size() == 1;
-    Tensor fused = in_place ? Tensor() : fused_.Free(DT_INT8, end);
+    Tensor fused = in_place ? Tensor() : fused_.Free(DT_INT8, layout.end);
     uint8_t* buffer = in_place ? const_cast<uint8_t*>(reinterpret_cast<const uint8_t*>(values[0].tensor_data().data()))
                                : reinterpret_cast<uint8_t*>(fused.flat<int8>().data());
-    if (root && !in_place) {
-      int64_t filled = 0;
-      for (int i = 0; i < values.size(); ++i) {
-        std::memset(buffer + filled, 0, offsets[i] - filled);
-        std::memcpy(buffer + offsets[i], values[i].tensor_data().data(), values[i].TotalBytes());
-        filled = offsets[i] + values[i].TotalBytes();
-      }
-    }
-    {
-      InCollective collective(kBroadcast);
-      OP_REQUIRES_OK(context, Agree(kBroadcast, 0, root_, bytes, Crc32(signature), collective.sequence()));
-      OP_REQUIRES(context, g_mpi.bcast(buffer, static_cast<int>(end), g_mpi.byte_type, root_, g_mpi.comm) == 0,
-                  errors::Internal("MPI_Bcast failed"));
-    }
+    if (root && !in_place) FuseBytes(tensors, layout, buffer);
+    OP_REQUIRES_OK(context, BroadcastBytes(root_, layout, buffer, layout.end));
     for (int i = 0; i < values.size(); ++i) {
       if (root) {
         context->set_output(i, values[i]);
         continue;
       }
       Tensor out;
-      OP_REQUIRES_OK(context, out.BitcastFrom(fused.Slice(offsets[i], offsets[i] + values[i].TotalBytes()),
+      OP_REQUIRES_OK(context, out.BitcastFrom(fused.Slice(layout.offsets[i], layout.offsets[i] + values[i].TotalBytes()),
                                               values[i].dtype(), values[i].shape()));
       OP_REQUIRES(context, out.IsAligned(), errors::Internal("misaligned broadcast output"));
       context->set_output(i, out);
@@ -598,25 +619,19 @@ class NpuSimBroadcastVariablesOp : public OpKernel {
   Status Broadcast(OpKernelContext* context, std::vector<core::RefCountPtr<Var>>& variables) {
     const int n = variables.size();
     const bool root = g_mpi.rank == root_;
-    std::vector<int64_t> offsets(n);
-    int64_t end = 0, bytes = 0;
-    std::string signature;
-    for (int i = 0; i < n; ++i) {
-      Var* variable = variables[i].get();
+    std::vector<const Tensor*> tensors;
+    for (auto& variable : variables) {
       if (!variable->is_initialized) {
         return errors::FailedPrecondition("broadcast of a variable that is not initialized (",
                                           variable->DebugString(), ")");
       }
-      const Tensor& value = *variable->tensor();
-      if (std::string(NumpyDtypeStr(value.dtype())) == "?") {
-        return errors::InvalidArgument("broadcast of a ", DataTypeString(value.dtype()), " variable");
+      if (std::string(NumpyDtypeStr(variable->tensor()->dtype())) == "?") {
+        return errors::InvalidArgument("broadcast of a ", DataTypeString(variable->tensor()->dtype()), " variable");
       }
-      offsets[i] = (end + 63) / 64 * 64;
-      end = offsets[i] + value.TotalBytes();
-      bytes += value.TotalBytes();
-      signature += (i ? ";" : "") + std::string(NumpyDtypeStr(value.dtype())) + ShapeText(value.shape());
+      tensors.push_back(variable->tensor());
     }
-    if (end > INT32_MAX) return errors::InvalidArgument("broadcast of over 2 GB");
+    const ByteLayout layout = LayOutBytes(tensors);
+    if (layout.end > INT32_MAX) return errors::InvalidArgument("broadcast of over 2 GB");
     // where each variable receives: its own buffer, unless a tensor read from it is still held
     if (!root) {
       for (int i = 0; i < n; ++i) TF_RETURN_IF_ERROR(Writable(context, variables[i].get()));
@@ -626,29 +641,15 @@ class NpuSimBroadcastVariablesOp : public OpKernel {
     if (n == 1) {
       buffer = reinterpret_cast<uint8_t*>(const_cast<char*>(variables[0]->tensor()->tensor_data().data()));
     } else {
-      fused = fused_.Free(DT_INT8, end);
+      fused = fused_.Free(DT_INT8, layout.end);
       buffer = reinterpret_cast<uint8_t*>(fused.flat<int8>().data());
-      if (root) {
-        int64_t filled = 0;
-        for (int i = 0; i < n; ++i) {
-          const Tensor& value = *variables[i]->tensor();
-          std::memset(buffer + filled, 0, offsets[i] - filled);
-          std::memcpy(buffer + offsets[i], value.tensor_data().data(), value.TotalBytes());
-          filled = offsets[i] + value.TotalBytes();
-        }
-      }
+      if (root) FuseBytes(tensors, layout, buffer);
     }
-    {
-      InCollective collective(kBroadcast);
-      TF_RETURN_IF_ERROR(Agree(kBroadcast, 0, root_, bytes, Crc32(signature), collective.sequence()));
-      if (g_mpi.bcast(buffer, static_cast<int>(n == 1 ? bytes : end), g_mpi.byte_type, root_, g_mpi.comm) != 0) {
-        return errors::Internal("MPI_Bcast failed");
-      }
-    }
+    TF_RETURN_IF_ERROR(BroadcastBytes(root_, layout, buffer, n == 1 ? layout.bytes : layout.end));
     if (!root && n > 1) {
       for (int i = 0; i < n; ++i) {
         Tensor* value = variables[i]->tensor();
-        std::memcpy(const_cast<char*>(value->tensor_data().data()), buffer + offsets[i], value->TotalBytes());
+        std::memcpy(const_cast<char*>(value->tensor_data().data()), buffer + layout.offsets[i], value->TotalBytes());
       }
     }
     return OkStatus();
