@@ -10,7 +10,8 @@
 // float64 tensors stay on the numpy path, whose scale is exact in their precision). The numpy path's
 // two cheaper ways are here too: a mean over a power-of-two rank count is scaled while it is fused
 // (comm._exact_factor), and another scaled reduction of 1 MB and more is a reduce-scatter, the
-// scale on this rank's share, and an all-gather (comm._scattered_allreduce).
+// scale on this rank's share, and an all-gather (comm._scattered_allreduce). A large sum goes
+// through the MPI-3 shared window of comm._shared_allreduce instead, step for step as there.
 //
 // MPI is not linked: comm.py hands over MPI_Allreduce/MPI_Iallgather/MPI_Test and the communicator, datatype
 // and op handles of the process's mpi4py (MPICH ABI: int handles). The MPI lock, the sequence
@@ -25,6 +26,7 @@
 #include <cmath>
 #include <cstring>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -46,6 +48,9 @@ typedef int (*TestFn)(int*, int*, void*);
 typedef int (*BcastFn)(void*, int, int, int, int);
 typedef int (*ReduceScatterFn)(const void*, void*, const int*, int, int, int);
 typedef int (*AllgathervFn)(const void*, int, int, void*, const int*, const int*, int, int);
+typedef int (*WinAllocateSharedFn)(int64_t, int, int, int, void*, int*);  // MPI_Aint size, MPI_Info, MPI_Comm
+typedef int (*WinSharedQueryFn)(int, int, int64_t*, int*, void*);
+typedef int (*IbarrierFn)(int, int*);
 
 struct Mpi {
   AllreduceFn allreduce = nullptr;
@@ -63,6 +68,20 @@ struct Mpi {
 };
 
 Mpi g_mpi;
+
+// comm._shared_slots: one MPI-3 shared window, a slot per rank, for large sums (both paths use it)
+struct Shared {
+  WinAllocateSharedFn allocate = nullptr;
+  WinSharedQueryFn query = nullptr;
+  IbarrierFn ibarrier = nullptr;
+  int info_null = 0;
+  int64_t min_bytes = -1;  // comm._shared_settings: the smallest sum through it, -1 never
+  int64_t slot_bytes = 0;
+  int window = 0;
+  std::vector<uint8_t*> slots;  // every rank's slot, once allocated
+};
+Shared g_shared;
+std::atomic<int64_t> g_shared_sums{0};
 std::mutex g_lock;                        // MPI calls never overlap (comm._mpi_lock's twin)
 std::atomic<int64_t> g_sequence{0};       // one counter for every collective of the process
 std::atomic<int64_t> g_current{-1};       // sequence of the native collective in progress, or -1
@@ -219,6 +238,37 @@ Status Agree(int64_t kind, int64_t op, int64_t root, int64_t bytes, int64_t sign
   return errors::InvalidArgument("ranks reached different collectives: ", lines.str());
 }
 
+// comm._shared_slots: allocated at the first use, inside a collective after the descriptor exchange
+// (every rank allocates at the same point); the caller holds the MPI lock.
+Status SharedSlots() {
+  if (!g_shared.slots.empty()) return OkStatus();
+  void* mine = nullptr;
+  if (g_shared.allocate(g_shared.slot_bytes, 1, g_shared.info_null, g_mpi.comm, &mine, &g_shared.window) != 0) {
+    return errors::Internal("MPI_Win_allocate_shared failed");
+  }
+  for (int r = 0; r < g_mpi.size; ++r) {
+    int64_t bytes = 0;
+    int unit = 0;
+    void* base = nullptr;
+    if (g_shared.query(g_shared.window, r, &bytes, &unit, &base) != 0 || bytes < g_shared.slot_bytes) {
+      g_shared.slots.clear();
+      return errors::Internal("MPI_Win_shared_query failed");
+    }
+    g_shared.slots.push_back(static_cast<uint8_t*>(base));
+  }
+  return OkStatus();
+}
+
+// comm._shared_barrier; the fences make what this rank wrote to its slot visible to the others
+Status SharedBarrier(int64_t sequence) {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  int request = 0;
+  if (g_shared.ibarrier(g_mpi.comm, &request) != 0) return errors::Internal("MPI_Ibarrier failed");
+  TF_RETURN_IF_ERROR(WaitPolitely(&request, "all_reduce", sequence));
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  return OkStatus();
+}
+
 // numpy's dtype.str of each dtype the broadcast kernel takes (comm._signature)
 const char* NumpyDtypeStr(DataType dtype) {
   switch (dtype) {
@@ -275,6 +325,18 @@ Status BroadcastBytes(int root, const ByteLayout& layout, uint8_t* buffer, int64
   return OkStatus();
 }
 
+// BroadcastBytes for several messages: one descriptor for the call, then each message in turn
+Status BroadcastMessages(int root, const ByteLayout& layout, const std::vector<std::pair<uint8_t*, int64_t>>& messages) {
+  InCollective collective(kBroadcast);
+  TF_RETURN_IF_ERROR(Agree(kBroadcast, 0, root, layout.bytes, Crc32(layout.signature), collective.sequence()));
+  for (const auto& message : messages) {
+    if (g_mpi.bcast(message.first, static_cast<int>(message.second), g_mpi.byte_type, root, g_mpi.comm) != 0) {
+      return errors::Internal("MPI_Bcast failed");
+    }
+  }
+  return OkStatus();
+}
+
 template <typename T> const char* DtypeStr();
 template <> const char* DtypeStr<float>() { return "<f4"; }
 template <> const char* DtypeStr<int32>() { return "<i4"; }
@@ -312,6 +374,26 @@ void npu_sim_configure(void* allreduce, void* iallgather, void* test, void* bcas
   g_mpi.min = min;
   g_mpi.prod = prod;
 }
+
+void npu_sim_configure_shared(void* allocate, void* query, void* ibarrier, int info_null, int64_t min_bytes,
+                              int64_t slot_bytes) {
+  g_shared.allocate = reinterpret_cast<WinAllocateSharedFn>(allocate);
+  g_shared.query = reinterpret_cast<WinSharedQueryFn>(query);
+  g_shared.ibarrier = reinterpret_cast<IbarrierFn>(ibarrier);
+  g_shared.info_null = info_null;
+  g_shared.min_bytes = min_bytes;
+  g_shared.slot_bytes = slot_bytes;
+}
+
+// comm._shared_slots on the numpy path: every rank's slot into `bases`; the slot's bytes, or -1.
+// Called with the MPI lock held, inside a collective.
+int64_t npu_sim_shared_slots(void** bases) {
+  if (!SharedSlots().ok()) return -1;
+  for (int r = 0; r < g_mpi.size; ++r) bases[r] = g_shared.slots[r];
+  return g_shared.slot_bytes;
+}
+
+int64_t npu_sim_shared_sums() { return g_shared_sums.load(); }
 
 void npu_sim_lock() { g_lock.lock(); }
 void npu_sim_unlock() { g_lock.unlock(); }
@@ -378,9 +460,12 @@ class NpuSimAllReduceOp : public OpKernel {
     Tensor fused = results_.Free(DataTypeToEnum<T>::value, count);
     T* receive = fused.flat<T>().data();
     const T factor = ExactFactor();
-    const bool scattered = factor == T(0) && Scattered(count);
+    const bool shared = ThroughSharedMemory(count);
+    const bool scattered = !shared && factor == T(0) && Scattered(count);
     Tensor staging = values.size() > 1 && scattered ? staging_.Free(DataTypeToEnum<T>::value, count) : Tensor();
-    if (factor != T(0)) {  // comm._allreduce_group: scaled while fused, then reduced in place
+    if (shared) {
+      OP_REQUIRES_OK(context, SharedExchange(values, offsets, receive, count, bytes, Crc32(signature), factor));
+    } else if (factor != T(0)) {  // comm._allreduce_group: scaled while fused, then reduced in place
       Fuse(values, offsets, receive, factor);
       OP_REQUIRES_OK(context, Exchange(reinterpret_cast<const T*>(g_mpi.in_place), receive, count, bytes, Crc32(signature)));
     } else if (scattered) {
@@ -425,6 +510,83 @@ class NpuSimAllReduceOp : public OpKernel {
         for (int64_t j = 0; j < n; ++j) out[j] = value[j] * factor;
       }
       end = offsets[i] + n;
+    }
+  }
+
+  // comm._fuse_range: elements [start, start + count) of the fused buffer (Fuse) into `slot`
+  static void FuseRange(const OpInputList& values, const std::vector<int64_t>& offsets, int64_t start,
+                        int64_t count, T* slot, T factor) {
+    const int64_t end = start + count;
+    int64_t cursor = start;
+    for (int i = 0; i < values.size(); ++i) {
+      const int64_t low = std::max(offsets[i], start), high = std::min(offsets[i] + values[i].NumElements(), end);
+      if (high <= low) {
+        if (offsets[i] >= end) break;
+        continue;
+      }
+      std::fill(slot + (cursor - start), slot + (low - start), T(0));
+      const T* piece = values[i].flat<T>().data() + (low - offsets[i]);
+      T* out = slot + (low - start);
+      if (factor == T(1)) {
+        std::memcpy(out, piece, (high - low) * sizeof(T));
+      } else {
+        for (int64_t j = 0; j < high - low; ++j) out[j] = piece[j] * factor;
+      }
+      cursor = high;
+    }
+    std::fill(slot + (cursor - start), slot + count, T(0));
+  }
+
+  bool ThroughSharedMemory(int64_t count) const {
+    return op_code_ == 1 && g_mpi.size > 1 && g_shared.allocate != nullptr && g_shared.min_bytes >= 0 &&
+           count * static_cast<int64_t>(sizeof(T)) >= g_shared.min_bytes;
+  }
+
+  // comm._shared_allreduce, step for step: the same chunks, shares, order of additions and scaling
+  Status SharedExchange(const OpInputList& values, const std::vector<int64_t>& offsets, T* receive, int64_t count,
+                        int64_t bytes, int64_t signature, T factor) {
+    InCollective collective(kAllReduce);
+    TF_RETURN_IF_ERROR(Agree(kAllReduce, op_code_, 0, bytes, signature, collective.sequence()));
+    TF_RETURN_IF_ERROR(SharedSlots());
+    const int64_t per_line = 64 / sizeof(T);
+    const int64_t chunk = g_shared.slot_bytes / static_cast<int64_t>(sizeof(T)) / per_line * per_line;
+    std::vector<T*> slots;
+    for (uint8_t* base : g_shared.slots) slots.push_back(reinterpret_cast<T*>(base));
+    const int me = g_mpi.rank;
+    std::vector<int> counts, displacements;
+    for (int64_t start = 0; start < count; start += chunk) {
+      const int64_t n = std::min(chunk, count - start);
+      if (start > 0) TF_RETURN_IF_ERROR(SharedBarrier(collective.sequence()));
+      FuseRange(values, offsets, start, n, slots[me], factor == T(0) ? T(1) : factor);
+      TF_RETURN_IF_ERROR(SharedBarrier(collective.sequence()));
+      Shares(n, &counts, &displacements);
+      SumShare(slots, displacements[me], counts[me]);
+      if (factor == T(0) && std::is_floating_point<T>::value) Rescale(slots[me] + displacements[me], counts[me]);
+      TF_RETURN_IF_ERROR(SharedBarrier(collective.sequence()));
+      for (int r = 0; r < g_mpi.size; ++r) {
+        std::memcpy(receive + start + displacements[r], slots[r] + displacements[r], counts[r] * sizeof(T));
+      }
+    }
+    g_shared_sums.fetch_add(1);
+    return OkStatus();
+  }
+
+  // slot[me][from:from + n] = slot[0] + slot[1] + ... (rank order, as numpy's np.add then +=), a
+  // block at a time: every input element is read before its place in this rank's slot is written
+  static void SumShare(const std::vector<T*>& slots, int64_t from, int64_t n) {
+    constexpr int64_t kBlock = 2048;
+    T total[kBlock];
+    T* out = slots[g_mpi.rank] + from;
+    for (int64_t b = 0; b < n; b += kBlock) {
+      const int64_t m = std::min(kBlock, n - b);
+      const T* first = slots[0] + from + b;
+      const T* second = slots[1] + from + b;
+      for (int64_t j = 0; j < m; ++j) total[j] = first[j] + second[j];
+      for (size_t r = 2; r < slots.size(); ++r) {
+        const T* more = slots[r] + from + b;
+        for (int64_t j = 0; j < m; ++j) total[j] += more[j];
+      }
+      std::memcpy(out + b, total, m * sizeof(T));
     }
   }
 
@@ -633,44 +795,87 @@ class NpuSimBroadcastVariablesOp : public OpKernel {
     const ByteLayout layout = LayOutBytes(tensors);
     if (layout.end > INT32_MAX) return errors::InvalidArgument("broadcast of over 2 GB");
     // where each variable receives: its own buffer, unless a tensor read from it is still held
-    if (!root) {
-      for (int i = 0; i < n; ++i) TF_RETURN_IF_ERROR(Writable(context, variables[i].get()));
+    for (int i = 0; i < n; ++i) TF_RETURN_IF_ERROR(Writable(context, variables[i].get(), root));
+    // a large variable is its own message, sent from and received into its own buffer; the small
+    // ones are fused into one message (one message each cost 2.5x; a datatype over them, 20x)
+    std::vector<const Tensor*> small;
+    std::vector<std::pair<uint8_t*, int64_t>> messages;
+    for (const Tensor* value : tensors) {
+      if (n > 1 && value->TotalBytes() < kOwnMessageBytes) {
+        small.push_back(value);
+      } else {
+        messages.emplace_back(reinterpret_cast<uint8_t*>(const_cast<char*>(value->tensor_data().data())),
+                              value->TotalBytes());
+      }
     }
+    const ByteLayout fused_layout = LayOutBytes(small);
     Tensor fused;
-    uint8_t* buffer = nullptr;
-    if (n == 1) {
-      buffer = reinterpret_cast<uint8_t*>(const_cast<char*>(variables[0]->tensor()->tensor_data().data()));
-    } else {
-      fused = fused_.Free(DT_INT8, layout.end);
-      buffer = reinterpret_cast<uint8_t*>(fused.flat<int8>().data());
-      if (root) FuseBytes(tensors, layout, buffer);
+    if (!small.empty()) {
+      fused = fused_.Free(DT_INT8, fused_layout.end);
+      uint8_t* buffer = reinterpret_cast<uint8_t*>(fused.flat<int8>().data());
+      if (root) FuseBytes(small, fused_layout, buffer);
+      messages.emplace_back(buffer, fused_layout.end);
     }
-    TF_RETURN_IF_ERROR(BroadcastBytes(root_, layout, buffer, n == 1 ? layout.bytes : layout.end));
-    if (!root && n > 1) {
-      for (int i = 0; i < n; ++i) {
-        Tensor* value = variables[i]->tensor();
-        std::memcpy(const_cast<char*>(value->tensor_data().data()), buffer + layout.offsets[i], value->TotalBytes());
+    TF_RETURN_IF_ERROR(BroadcastMessages(root_, layout, messages));
+    if (!root && !small.empty()) {
+      const uint8_t* buffer = reinterpret_cast<const uint8_t*>(fused.flat<int8>().data());
+      for (size_t i = 0; i < small.size(); ++i) {
+        std::memcpy(const_cast<char*>(small[i]->tensor_data().data()), buffer + fused_layout.offsets[i],
+                    small[i]->TotalBytes());
       }
     }
     return OkStatus();
   }
 
+  static constexpr int64_t kOwnMessageBytes = 1 << 20;
+
   // As training_op_helpers' PrepareToUpdateVariable: the variable's buffer may be written when it
   // is the buffer's only owner; otherwise it gets a new one (the old value stays with its readers).
-  static Status Writable(OpKernelContext* context, Var* variable) {
+  // The root only sends, but a large variable of either side gets, once, a buffer that asks for huge
+  // pages (see OnHugePages); the root's keeps its value.
+  static Status Writable(OpKernelContext* context, Var* variable, bool root) {
     Tensor* value = variable->tensor();
-    if (value->RefCountIsOne() && !variable->copy_on_read_mode.load()) return OkStatus();
+    const bool huge = OnHugePages(*value);
+    if (huge && (root || (value->RefCountIsOne() && !variable->copy_on_read_mode.load()))) return OkStatus();
     Tensor fresh;
     AllocatorAttributes attributes;
     attributes.set_gpu_compatible(true);
     attributes.set_nic_compatible(true);
     TF_RETURN_IF_ERROR(context->allocate_temp(value->dtype(), value->shape(), &fresh, attributes));
+    AskForHugePages(fresh.tensor_data().data(), fresh.TotalBytes());  // before its pages are touched
+    if (root) std::memcpy(const_cast<char*>(fresh.tensor_data().data()), value->tensor_data().data(), value->TotalBytes());
     *value = fresh;
+    Remember(fresh);
     return OkStatus();
   }
+
+  // MPI moves a large broadcast in one cross-process copy (CMA) that pins every page it touches:
+  // into TensorFlow's buffers (4 KB pages; its allocator does not ask for huge pages) it ran at
+  // half the speed of MPI into numpy's. Below two huge pages there is nothing to ask for.
+  static bool OnHugePages(const Tensor& value) {
+    if (value.TotalBytes() < kHugeBytes) return true;
+    std::lock_guard<std::mutex> guard(huge_lock_);
+    return huge_buffers_.count(value.tensor_data().data()) > 0;
+  }
+
+  // buffers are remembered by address, not held (holding one would make its variable copy on every
+  // update); an address reused by another buffer would only be a slower broadcast, never a wrong one
+  static void Remember(const Tensor& value) {
+    if (value.TotalBytes() < kHugeBytes) return;
+    std::lock_guard<std::mutex> guard(huge_lock_);
+    if (huge_buffers_.size() > 4096) huge_buffers_.clear();
+    huge_buffers_.insert(value.tensor_data().data());
+  }
+
+  static constexpr int64_t kHugeBytes = 4 << 20;
+  static std::mutex huge_lock_;
+  static std::set<const void*> huge_buffers_;
 
   int root_ = 0;
   RecycledBuffers fused_;
 };
+
+std::mutex NpuSimBroadcastVariablesOp::huge_lock_;
+std::set<const void*> NpuSimBroadcastVariablesOp::huge_buffers_;
 
 REGISTER_KERNEL_BUILDER(Name("NpuSimBroadcastVariables").Device(DEVICE_CPU), NpuSimBroadcastVariablesOp);

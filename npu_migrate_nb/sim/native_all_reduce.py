@@ -75,12 +75,23 @@ def _load(world_size: int, spin_seconds: float) -> Optional[NativeAllReduce]:
                           ctypes.c_void_p(int(MPI.IN_PLACE) & (2**64 - 1)), int(spin_seconds * 1e9),
                           world_size, MPI.COMM_WORLD.Get_rank(),
                           *[MPI._handleof(handle) for handle in handles])
+    from .comm import _shared_settings
+
+    minimum, slot = _shared_settings()
+    lib.npu_sim_configure_shared(*[ctypes.cast(function, ctypes.c_void_p) for function in
+                                   (mpi.MPI_Win_allocate_shared, mpi.MPI_Win_shared_query, mpi.MPI_Ibarrier)],
+                                 MPI._handleof(MPI.INFO_NULL), -1 if minimum is None else minimum, slot)
     return NativeAllReduce(ops, lib)
 
 
 def _declare(lib: ctypes.CDLL) -> None:
     lib.npu_sim_configure.argtypes = [ctypes.c_void_p] * 7 + [ctypes.c_int64] + [ctypes.c_int] * 11
     lib.npu_sim_configure.restype = None
+    lib.npu_sim_configure_shared.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    lib.npu_sim_configure_shared.restype = None
+    lib.npu_sim_shared_slots.argtypes = [ctypes.c_void_p]
+    lib.npu_sim_shared_slots.restype = ctypes.c_int64
+    lib.npu_sim_shared_sums.restype = ctypes.c_int64
     for name in ("npu_sim_next_sequence", "npu_sim_current", "npu_sim_completed"):
         getattr(lib, name).restype = ctypes.c_int64
     lib.npu_sim_current_kind.restype = ctypes.c_int

@@ -511,6 +511,19 @@ def address(variable):
 def values(variables):
     return [v.numpy().tolist() for v in variables]
 
+def asks_for_huge_pages(address, nbytes):
+    # madvise(MADV_HUGEPAGE) marks the mapping "hg" in /proc/self/smaps (the buffer's whole 2 MB
+    # pages only: its first and last bytes may lie in unmarked parts of the mapping)
+    overlaps = False
+    for line in open("/proc/self/smaps"):
+        head = line.split()[0]
+        if "-" in head and ":" not in head:
+            low, high = (int(x, 16) for x in head.split("-"))
+            overlaps = low < address + nbytes and address < high
+        elif head == "VmFlags:" and overlaps and "hg" in line.split():
+            return True
+    return False
+
 # several dtypes in one call, eagerly, from rank 1
 mixed = [tf.Variable(np.full((3, 4), me, np.float32)), tf.Variable(np.arange(5) * (me + 1)),
          tf.Variable([me % 2 == 0, True]), tf.Variable(np.full(3, me + 0.5, np.float16))]
@@ -524,8 +537,12 @@ large = tf.Variable(np.full(1 << 20, me, np.float32))
 before = address(large)
 broadcast_in_graph = tf.function(lambda: comm.broadcast_variables([large], root=0) and None)
 broadcast_in_graph()
+first = address(large)
+broadcast_in_graph()
 result["large"] = float(large.numpy().sum())
-result["same_buffer"] = address(large) == before
+result["same_buffer"] = address(large) == first
+result["moved_once"] = first != before
+result["huge_pages_asked"] = asks_for_huge_pages(first, 4 << 20)
 result["kernels"] = sorted({o.type for o in broadcast_in_graph.get_concrete_function().graph.get_operations()
                             if o.type.startswith(("NpuSim", "PyFunc", "AssignVariable"))})
 
@@ -549,8 +566,73 @@ def test_broadcast_variables_in_place(tmp_path):
     for r in (rank0, rank1):
         assert r["mixed"] == [[[1.0] * 4] * 3, [0, 2, 4, 6, 8], [False, True], [1.5] * 3]
         assert r["large"] == 0.0  # rank 0's zeros everywhere
-        assert r["same_buffer"]  # received where the variable lies: no new buffer, no copy
+        # the first broadcast gives a large variable a buffer that asks for huge pages (MPI's copy
+        # into 4 KB pages ran at half speed), once: later ones receive where the variable lies
+        assert r["moved_once"] and r["huge_pages_asked"]
+        assert r["same_buffer"]
         assert r["kernels"] == ["NpuSimBroadcastVariables"]
         assert r["reference"] == [1.0] * 4
     assert rank0["held"] == [[0.0] * 4] * 3  # what rank 0 had read stays as read
     assert rank1["held"] == [[1.0] * 4] * 3
+
+
+SHARED_SUMS = """
+import hashlib
+import numpy as np
+import tensorflow as tf
+from npu_migrate_nb.sim import comm
+
+comm.init()
+me, n = comm.rank(), comm.size()
+result["rank"] = me
+rng = np.random.default_rng(me)
+sizes = [300001, 7, 25, 70001]  # 1.5 MB of float32: several 256 KB chunks, a tensor across chunk ends
+floats = [rng.standard_normal(s).astype(np.float32) for s in sizes]
+ints = [np.arange(s, dtype=np.int64) * (me + 1) for s in sizes]
+reference = [comm._mpi().COMM_WORLD.allreduce(a) for a in floats]  # MPI's own sum, pickled
+
+def graph(values, **kwargs):
+    return [t.numpy() for t in tf.function(lambda: comm.all_reduce([tf.constant(v) for v in values], **kwargs))()]
+
+eager = comm.allreduce_arrays(floats, "sum")
+native = graph(floats, op="sum")
+result["native_is_numpy_path"] = all(np.array_equal(a, b) for a, b in zip(eager, native))
+result["close_to_mpi"] = all(np.allclose(a, b, rtol=1e-5, atol=1e-5) for a, b in zip(eager, reference))
+result["ints_exact"] = all(np.array_equal(a, np.arange(a.size) * (n * (n + 1) // 2))
+                           for a in comm.allreduce_arrays(ints, "sum") + graph(ints, op="sum"))
+mean_numpy = comm.allreduce_arrays(floats, "sum", divisor=n)
+mean_native = graph(floats, op="sum", divisor=n)
+result["mean_native_is_numpy_path"] = all(np.array_equal(a, b) for a, b in zip(mean_numpy, mean_native))
+result["mean_close"] = all(np.allclose(a, b / np.float32(n), rtol=1e-5, atol=1e-6) for a, b in zip(mean_numpy, reference))
+result["shapes"] = [list(a.shape) for a in native]
+result["numpy_sums"] = comm.shared_sums
+result["native_sums"] = comm._native.lib.npu_sim_shared_sums() if comm._native is not None else None
+digest = hashlib.sha256(b"".join(a.tobytes() for a in eager + mean_numpy)).hexdigest()
+result["same_on_every_rank"] = len(set(comm._mpi().COMM_WORLD.allgather(digest))) == 1
+emit()
+"""
+
+
+@pytest.mark.sim
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_large_sums_go_through_shared_memory_in_chunks_on_both_paths(tmp_path, ranks):
+    """Sums above the threshold go through the shared window (small slots here: many chunks, a
+    tensor split across them): integers exact, floats MPI's sum up to order, the native kernel
+    the numpy path's bits, every rank the same bits."""
+    env = {"NPU_SIM_SHARED_MIN_BYTES": "65536", "NPU_SIM_SHARED_SLOT_BYTES": str(256 * 1024)}
+    done, results = run_script(tmp_path, SHARED_SUMS, ranks=ranks, timeout=300, env=env)
+    for r in _by_rank(done, results, ranks):
+        assert r["ints_exact"] and r["close_to_mpi"] and r["mean_close"], r
+        assert r["native_is_numpy_path"] and r["mean_native_is_numpy_path"], r
+        assert r["shapes"] == [[300001], [7], [25], [70001]]
+        assert r["same_on_every_rank"]
+        assert r["numpy_sums"] == 3 and r["native_sums"] == 3, r  # each path took it, nothing else did
+
+
+@pytest.mark.sim
+def test_without_the_native_kernel_large_sums_still_go_through_shared_memory(tmp_path):
+    env = {"NPU_SIM_NATIVE": "0", "NPU_SIM_SHARED_MIN_BYTES": "65536", "NPU_SIM_SHARED_SLOT_BYTES": str(256 * 1024)}
+    done, results = run_script(tmp_path, SHARED_SUMS, ranks=2, timeout=300, env=env)
+    for r in _by_rank(done, results, 2):
+        assert r["ints_exact"] and r["close_to_mpi"] and r["mean_close"] and r["same_on_every_rank"], r
+        assert r["native_sums"] is None and r["numpy_sums"] == 6, r  # graph calls took the numpy path too
