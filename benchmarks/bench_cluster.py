@@ -53,6 +53,7 @@ import psutil
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from npu_migrate_nb.sim.cluster import Cluster, find_mpiexec  # noqa: E402
+from npu_migrate_nb.sim.rank_env import machine_cores  # noqa: E402
 
 RANKS = 4
 ROUNDS = 5
@@ -349,7 +350,7 @@ def plain_processes_epochs(spec: dict, n: int, rounds: int, per_round: int) -> l
     """The floor under n ranks: n plain processes (no MPI, no adapter, no collective), each with
     a rank's share of the rows, batch and cores, training at the same time. Per epoch, the slowest."""
     share = dict(spec, rows=spec["rows"] // n, batch=spec["batch"] // n)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores = machine_cores()
     processes = [SingleProcess(share, untuned=True, threads=max(1, cores // n), wait=False) for _ in range(n)]
     try:
         for process in processes:

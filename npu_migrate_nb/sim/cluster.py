@@ -34,7 +34,7 @@ from typing import Dict, List, Optional, Tuple
 import psutil
 
 from .engine import SETTINGS_VARIABLE
-from .rank_env import devices_per_server, write_rank_table
+from .rank_env import devices_per_server, machine_cores, write_rank_table
 
 DEFAULT_STARTUP_TIMEOUT = 180.0
 _live_clusters: "weakref.WeakSet[Cluster]" = weakref.WeakSet()
@@ -64,8 +64,7 @@ def mpi_wait_settings(ranks: int) -> Dict[str, str]:
     "heavy yield" makes each poll give the core away (nanosleep). Not below that: it adds tens of
     microseconds to every small message. A value already in the environment is kept.
     """
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    wanted = {"MPIR_CVAR_ENABLE_HEAVY_YIELD": "1"} if ranks > cores else {}
+    wanted = {"MPIR_CVAR_ENABLE_HEAVY_YIELD": "1"} if ranks > machine_cores() else {}
     return {name: os.environ.get(name, value) for name, value in wanted.items()}
 
 

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import logging
 import math
 import os
@@ -53,6 +54,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
+
+from .rank_env import machine_cores
 
 logger = logging.getLogger("npu_migrate_nb.sim")
 
@@ -349,8 +352,7 @@ def spin_seconds(ranks: int) -> float:
     it back can take longer than the skew between two ranks' steps. With more ranks than cores,
     200 us: the cores are what the other ranks need to reach the collective.
     """
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return 0.02 if ranks <= cores else 200e-6
+    return 0.02 if ranks <= machine_cores() else 200e-6
 
 
 _spin_s: Optional[float] = None  # spin_seconds(size()), once known
@@ -436,22 +438,36 @@ _ZEROS = np.zeros(_ALIGN, np.uint8)
 def _fuse_into(buffer: np.ndarray, arrays: Sequence[np.ndarray], offsets: Sequence[int],
                factor: Optional[float] = None) -> None:
     """Copy ``arrays`` (times ``factor``) to their ``offsets`` in ``buffer``; the padding between
-    them is zeroed. Unscaled, in one numpy call (hundreds of gradients: a copy per array would
-    cost more than the reduction)."""
-    if factor is not None:
-        end = 0
-        for a, start in zip(arrays, offsets):
-            buffer[end:start] = 0
-            np.multiply(a.reshape(-1), buffer.dtype.type(factor), out=buffer[start:start + a.size])
-            end = start + a.size
-        return
-    pieces, end = [], 0
-    for a, start in zip(arrays, offsets):
-        if start > end:  # the padding travels too: keep it harmless for every reduction
-            pieces.append(_ZEROS[:start - end])
-        pieces.append(a.reshape(-1))
-        end = start + a.size
-    np.concatenate(pieces, out=buffer[:end], casting="unsafe")
+    them is zeroed."""
+    _fuse_range(buffer[:offsets[-1] + arrays[-1].size], arrays, offsets, 0, factor)
+
+
+def _fuse_range(part: np.ndarray, arrays: Sequence[np.ndarray], offsets: Sequence[int], start: int,
+                factor: Optional[float] = None) -> None:
+    """Elements ``start:start + part.size`` of the fused buffer (:func:`_fuse_into`) into ``part``.
+    Unscaled, in one numpy call (hundreds of gradients: a copy per array would cost more than the
+    reduction)."""
+    end, cursor, pieces = start + part.size, start, []
+    for a, offset in zip(arrays, offsets):
+        low, high = max(offset, start), min(offset + a.size, end)
+        if high <= low:
+            if offset >= end:
+                break
+            continue
+        if low > cursor:  # the padding travels too: keep it harmless for every reduction
+            if factor is None:
+                pieces.append(_ZEROS[:low - cursor])
+            else:
+                part[cursor - start:low - start] = 0
+        piece = a.reshape(-1)[low - offset:high - offset]
+        if factor is None:
+            pieces.append(piece)
+        else:
+            np.multiply(piece, part.dtype.type(factor), out=part[low - start:high - start])
+        cursor = high
+    if factor is None and pieces:
+        np.concatenate(pieces, out=part[:cursor - start], casting="unsafe")
+    part[cursor - start:] = 0
 
 
 def _split(flat: np.ndarray, like: Sequence[np.ndarray], offsets: Sequence[int]) -> list:
@@ -600,13 +616,13 @@ _SHARED_SLOT_BYTES = 32 << 20  # a rank's slot; a larger sum goes through it in 
 def shared_min_bytes(ranks: int) -> int:
     """The smallest sum that goes through shared memory: 1 MB with more ranks than cores (MPICH's
     steps then wait on context switches), 16 MB with a core per rank (measured crossovers)."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return (1 << 20) if ranks > cores else (16 << 20)
+    return (1 << 20) if ranks > machine_cores() else (16 << 20)
 
 
+@functools.lru_cache(maxsize=None)
 def _shared_settings() -> tuple:
-    """(smallest sum through shared memory, slot bytes); NPU_SIM_SHARED_MIN_BYTES /
-    NPU_SIM_SHARED_SLOT_BYTES set them (0: never), for tests that need chunks on small data."""
+    """(smallest sum through shared memory or None, slot bytes), read once: NPU_SIM_SHARED_MIN_BYTES
+    / NPU_SIM_SHARED_SLOT_BYTES set them (0: never), for tests that need chunks on small data."""
     minimum = int(os.environ.get("NPU_SIM_SHARED_MIN_BYTES", shared_min_bytes(size())))
     slot = int(os.environ.get("NPU_SIM_SHARED_SLOT_BYTES", _SHARED_SLOT_BYTES)) // _ALIGN * _ALIGN
     return (minimum if minimum > 0 and slot > 0 else None), slot
@@ -648,26 +664,6 @@ def _shared_barrier() -> None:
     # MPICH's barrier orders memory (its atomics are full fences on x86): what a rank wrote to its
     # slot before it is what the others read after it.
     _wait_politely(_mpi().COMM_WORLD.Ibarrier())
-
-
-def _fuse_range(slot: np.ndarray, arrays: Sequence[np.ndarray], offsets: Sequence[int], start: int,
-                factor: Optional[float]) -> None:
-    """Elements ``start:start + slot.size`` of the fused buffer (:func:`_fuse_into`) into ``slot``."""
-    end, cursor = start + slot.size, start
-    for a, offset in zip(arrays, offsets):
-        low, high = max(offset, start), min(offset + a.size, end)
-        if high <= low:
-            if offset >= end:
-                break
-            continue
-        slot[cursor - start:low - start] = 0
-        piece = a.reshape(-1)[low - offset:high - offset]
-        if factor is None:
-            slot[low - start:high - start] = piece
-        else:
-            np.multiply(piece, slot.dtype.type(factor), out=slot[low - start:high - start])
-        cursor = high
-    slot[cursor - start:] = 0
 
 
 _SUM_BLOCK = 1 << 16  # elements summed at a time: the block stays in the core's cache

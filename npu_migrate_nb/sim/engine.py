@@ -22,6 +22,8 @@ import threading
 import time
 from typing import Optional
 
+from .rank_env import machine_cores
+
 # The runner passes its settings in this variable (JSON): job_id, rank_table, devices_per_server, state_dir,
 # tf1, seed.
 SETTINGS_VARIABLE = "NPU_SIM_ENGINE"
@@ -114,8 +116,7 @@ def _share_cores(tf, ranks: int) -> None:
     """Give each rank its share of the machine's cores: N ranks each sizing TensorFlow's thread
     pools for the whole machine oversubscribe it, and a rank waiting in a collective then loses
     its core to another rank's idle spinning threads."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    share = max(1, cores // max(1, ranks))
+    share = max(1, machine_cores() // max(1, ranks))
     try:
         tf.config.threading.set_intra_op_parallelism_threads(share)
         tf.config.threading.set_inter_op_parallelism_threads(share)

@@ -498,22 +498,12 @@ class NpuSimAllReduceOp : public OpKernel {
 
   // comm._fuse_into: each tensor at its offset (times `factor`), the padding between them zeroed
   static void Fuse(const OpInputList& values, const std::vector<int64_t>& offsets, T* fused, T factor) {
-    int64_t end = 0;
-    for (int i = 0; i < values.size(); ++i) {
-      std::fill(fused + end, fused + offsets[i], T(0));  // reduced with the rest: keep it harmless
-      const T* value = values[i].flat<T>().data();
-      const int64_t n = values[i].NumElements();
-      if (factor == T(1)) {
-        std::memcpy(fused + offsets[i], value, n * sizeof(T));
-      } else {
-        T* out = fused + offsets[i];
-        for (int64_t j = 0; j < n; ++j) out[j] = value[j] * factor;
-      }
-      end = offsets[i] + n;
-    }
+    const int last = values.size() - 1;
+    FuseRange(values, offsets, 0, offsets[last] + values[last].NumElements(), fused, factor);
   }
 
-  // comm._fuse_range: elements [start, start + count) of the fused buffer (Fuse) into `slot`
+  // comm._fuse_range: elements [start, start + count) of the fused buffer (Fuse) into `slot`; the
+  // padding, reduced with the rest, zeroed to keep it harmless
   static void FuseRange(const OpInputList& values, const std::vector<int64_t>& offsets, int64_t start,
                         int64_t count, T* slot, T factor) {
     const int64_t end = start + count;

@@ -21,6 +21,11 @@ _SERVER_ID = "127.0.0.{}"
 DEVICES_PER_SERVER_VARIABLE = "NPU_SIM_DEVICES_PER_SERVER"
 
 
+def machine_cores() -> int:
+    """The cores this process may run on (what every simulated rank shares)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def devices_per_server(size: int, environ=os.environ) -> int:
     """The devices of one simulated server: from the variable, else all ``size`` ranks on one server."""
     text = environ.get(DEVICES_PER_SERVER_VARIABLE, "").strip()

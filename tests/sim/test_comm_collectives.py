@@ -636,3 +636,29 @@ def test_without_the_native_kernel_large_sums_still_go_through_shared_memory(tmp
     for r in _by_rank(done, results, 2):
         assert r["ints_exact"] and r["close_to_mpi"] and r["mean_close"] and r["same_on_every_rank"], r
         assert r["native_sums"] is None and r["numpy_sums"] == 6, r  # graph calls took the numpy path too
+
+
+@pytest.mark.parametrize("factor", [None, 0.5])
+@pytest.mark.parametrize("chunk", [16, 48, 1000])
+def test_the_fused_buffer_assembled_chunk_by_chunk_is_the_fused_buffer(factor, chunk):
+    """What each rank writes to its slot, a chunk at a time (tensors cut at chunk ends, the padding
+    between them zeroed), is exactly the fused buffer of the other paths."""
+    import numpy as np
+    sys.path.insert(0, REPO)
+    from npu_migrate_nb.sim import comm
+
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal(size).astype(np.float32) for size in (5, 37, 1, 300, 17)]
+    offsets, count = comm._layout([a.size for a in arrays], 4)
+    whole = np.full(count, np.nan, np.float32)
+    comm._fuse_into(whole, arrays, offsets, factor)
+    pieces = []
+    for start in range(0, count, chunk):
+        part = np.full(min(chunk, count - start), np.nan, np.float32)
+        comm._fuse_range(part, arrays, offsets, start, factor)
+        pieces.append(part)
+    assert np.array_equal(np.concatenate(pieces), whole)
+    expected = np.zeros(count, np.float32)
+    for a, offset in zip(arrays, offsets):
+        expected[offset:offset + a.size] = a * np.float32(factor or 1)
+    assert np.array_equal(whole, expected)
