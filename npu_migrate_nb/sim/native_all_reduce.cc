@@ -315,17 +315,8 @@ void FuseBytes(const std::vector<const Tensor*>& values, const ByteLayout& layou
   }
 }
 
-// one broadcast of the process's ordered stream: the descriptor agreed, then `count` bytes moved
-Status BroadcastBytes(int root, const ByteLayout& layout, uint8_t* buffer, int64_t count) {
-  InCollective collective(kBroadcast);
-  TF_RETURN_IF_ERROR(Agree(kBroadcast, 0, root, layout.bytes, Crc32(layout.signature), collective.sequence()));
-  if (g_mpi.bcast(buffer, static_cast<int>(count), g_mpi.byte_type, root, g_mpi.comm) != 0) {
-    return errors::Internal("MPI_Bcast failed");
-  }
-  return OkStatus();
-}
-
-// BroadcastBytes for several messages: one descriptor for the call, then each message in turn
+// one broadcast of the process's ordered stream: the call's descriptor agreed, then each message
+// (bytes at an address) in turn
 Status BroadcastMessages(int root, const ByteLayout& layout, const std::vector<std::pair<uint8_t*, int64_t>>& messages) {
   InCollective collective(kBroadcast);
   TF_RETURN_IF_ERROR(Agree(kBroadcast, 0, root, layout.bytes, Crc32(layout.signature), collective.sequence()));
@@ -707,7 +698,7 @@ class NpuSimBroadcastOp : public OpKernel {
     uint8_t* buffer = in_place ? const_cast<uint8_t*>(reinterpret_cast<const uint8_t*>(values[0].tensor_data().data()))
                                : reinterpret_cast<uint8_t*>(fused.flat<int8>().data());
     if (root && !in_place) FuseBytes(tensors, layout, buffer);
-    OP_REQUIRES_OK(context, BroadcastBytes(root_, layout, buffer, layout.end));
+    OP_REQUIRES_OK(context, BroadcastMessages(root_, layout, {{buffer, layout.end}}));
     for (int i = 0; i < values.size(); ++i) {
       if (root) {
         context->set_output(i, values[i]);
@@ -731,9 +722,9 @@ REGISTER_KERNEL_BUILDER(Name("NpuSimBroadcast").Device(DEVICE_CPU), NpuSimBroadc
 // npu.distribute.broadcast of resource variables: each variable receives root's value in place,
 // under its lock, as an optimizer's update does (a tensor read from it earlier and still held is
 // left as it was: the variable then gets a new buffer). Against comm.broadcast and an assignment,
-// a receiving rank saves one copy of every byte, and the pages of a fresh buffer. One variable is
-// sent from and received into its own buffer; several are fused into one recycled buffer (MPI
-// moves a datatype over many buffers 20x slower here, and one message per variable 2.5x).
+// a receiving rank saves one copy of every byte, and the pages of a fresh buffer. One variable, and
+// each of 1 MB and more, is sent from and received into its own buffer (on huge pages once large:
+// see OnHugePages); the small ones are fused into one recycled buffer (see Broadcast).
 REGISTER_OP("NpuSimBroadcastVariables")
     .Input("resources: N * resource")
     .Attr("N: int >= 1")
@@ -786,8 +777,8 @@ class NpuSimBroadcastVariablesOp : public OpKernel {
     if (layout.end > INT32_MAX) return errors::InvalidArgument("broadcast of over 2 GB");
     // where each variable receives: its own buffer, unless a tensor read from it is still held
     for (int i = 0; i < n; ++i) TF_RETURN_IF_ERROR(Writable(context, variables[i].get(), root));
-    // a large variable is its own message, sent from and received into its own buffer; the small
-    // ones are fused into one message (one message each cost 2.5x; a datatype over them, 20x)
+    // a large variable is its own message; the small ones are fused into one (a message for every
+    // variable cost 2.5x; MPI moving a datatype over many buffers, 20x)
     std::vector<const Tensor*> small;
     std::vector<std::pair<uint8_t*, int64_t>> messages;
     for (const Tensor* value : tensors) {
