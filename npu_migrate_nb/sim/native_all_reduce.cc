@@ -26,12 +26,14 @@
 #include <cmath>
 #include <cstring>
 #include <mutex>
-#include <set>
+#include <map>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "tensorflow/core/framework/allocation_description.pb.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/resource_mgr.h"
@@ -315,15 +317,12 @@ void FuseBytes(const std::vector<const Tensor*>& values, const ByteLayout& layou
   }
 }
 
-// one broadcast of the process's ordered stream: the call's descriptor agreed, then each message
-// (bytes at an address) in turn
-Status BroadcastMessages(int root, const ByteLayout& layout, const std::vector<std::pair<uint8_t*, int64_t>>& messages) {
+// one broadcast of the process's ordered stream: the call's descriptor agreed, then the bytes
+Status BroadcastBytes(int root, const ByteLayout& layout, uint8_t* buffer) {
   InCollective collective(kBroadcast);
   TF_RETURN_IF_ERROR(Agree(kBroadcast, 0, root, layout.bytes, Crc32(layout.signature), collective.sequence()));
-  for (const auto& message : messages) {
-    if (g_mpi.bcast(message.first, static_cast<int>(message.second), g_mpi.byte_type, root, g_mpi.comm) != 0) {
-      return errors::Internal("MPI_Bcast failed");
-    }
+  if (g_mpi.bcast(buffer, static_cast<int>(layout.end), g_mpi.byte_type, root, g_mpi.comm) != 0) {
+    return errors::Internal("MPI_Bcast failed");
   }
   return OkStatus();
 }
@@ -698,7 +697,7 @@ class NpuSimBroadcastOp : public OpKernel {
     uint8_t* buffer = in_place ? const_cast<uint8_t*>(reinterpret_cast<const uint8_t*>(values[0].tensor_data().data()))
                                : reinterpret_cast<uint8_t*>(fused.flat<int8>().data());
     if (root && !in_place) FuseBytes(tensors, layout, buffer);
-    OP_REQUIRES_OK(context, BroadcastMessages(root_, layout, {{buffer, layout.end}}));
+    OP_REQUIRES_OK(context, BroadcastBytes(root_, layout, buffer));
     for (int i = 0; i < values.size(); ++i) {
       if (root) {
         context->set_output(i, values[i]);
@@ -719,12 +718,40 @@ class NpuSimBroadcastOp : public OpKernel {
 
 REGISTER_KERNEL_BUILDER(Name("NpuSimBroadcast").Device(DEVICE_CPU), NpuSimBroadcastOp);
 
+// The buffer a broadcast list of variables lives in from its first broadcast on, each variable at
+// its ByteLayout offset, so that every later broadcast of the list is one message sent from and
+// received into the variables themselves: against a message per variable or a fused copy (2-4x a
+// raw MPI_Bcast of the same bytes), nothing is copied. On huge pages when large: MPI moves a large
+// broadcast in one cross-process copy (CMA) that pins every page it touches, and into TensorFlow's
+// buffers (4 KB pages) it ran at half the speed.
+struct Arena {
+  Tensor bytes;
+  uint8_t* base() const { return reinterpret_cast<uint8_t*>(const_cast<char*>(bytes.tensor_data().data())); }
+};
+
+// A variable's buffer inside an arena, with its own reference count: an update in place
+// (PrepareToUpdateVariable asks RefCountIsOne) and a read still held work as on TensorFlow's own
+// buffers. The arena is freed with the last of its variables' buffers.
+class ArenaSlice : public TensorBuffer {
+ public:
+  ArenaSlice(std::shared_ptr<const Arena> arena, int64_t offset, int64_t bytes)
+      : TensorBuffer(arena->base() + offset), arena_(std::move(arena)), bytes_(bytes) {}
+  size_t size() const override { return bytes_; }
+  TensorBuffer* root_buffer() override { return this; }
+  void FillAllocationDescription(AllocationDescription* proto) const override {
+    proto->set_requested_bytes(bytes_);
+    proto->set_allocator_name("npu_sim_broadcast_arena");
+  }
+
+ private:
+  const std::shared_ptr<const Arena> arena_;
+  const int64_t bytes_;
+};
+
 // npu.distribute.broadcast of resource variables: each variable receives root's value in place,
 // under its lock, as an optimizer's update does (a tensor read from it earlier and still held is
-// left as it was: the variable then gets a new buffer). Against comm.broadcast and an assignment,
-// a receiving rank saves one copy of every byte, and the pages of a fresh buffer. One variable, and
-// each of 1 MB and more, is sent from and received into its own buffer (on huge pages once large:
-// see OnHugePages); the small ones are fused into one recycled buffer (see Broadcast).
+// left as it was: the variable then gets a new buffer). The list is one message, sent from and
+// received into the arena its variables are moved to once (see Arena).
 REGISTER_OP("NpuSimBroadcastVariables")
     .Input("resources: N * resource")
     .Attr("N: int >= 1")
@@ -760,8 +787,6 @@ class NpuSimBroadcastVariablesOp : public OpKernel {
 
  private:
   Status Broadcast(OpKernelContext* context, std::vector<core::RefCountPtr<Var>>& variables) {
-    const int n = variables.size();
-    const bool root = g_mpi.rank == root_;
     std::vector<const Tensor*> tensors;
     for (auto& variable : variables) {
       if (!variable->is_initialized) {
@@ -775,88 +800,85 @@ class NpuSimBroadcastVariablesOp : public OpKernel {
     }
     const ByteLayout layout = LayOutBytes(tensors);
     if (layout.end > INT32_MAX) return errors::InvalidArgument("broadcast of over 2 GB");
-    // where each variable receives: its own buffer, unless a tensor read from it is still held
-    for (int i = 0; i < n; ++i) TF_RETURN_IF_ERROR(Writable(context, variables[i].get(), root));
-    // a large variable is its own message; the small ones are fused into one (a message for every
-    // variable cost 2.5x; MPI moving a datatype over many buffers, 20x)
-    std::vector<const Tensor*> small;
-    std::vector<std::pair<uint8_t*, int64_t>> messages;
-    for (const Tensor* value : tensors) {
-      if (n > 1 && value->TotalBytes() < kOwnMessageBytes) {
-        small.push_back(value);
-      } else {
-        messages.emplace_back(reinterpret_cast<uint8_t*>(const_cast<char*>(value->tensor_data().data())),
-                              value->TotalBytes());
-      }
+    const bool root = g_mpi.rank == root_;
+    std::shared_ptr<const Arena> arena = Holding(tensors, layout);
+    if (arena == nullptr || !(root || Writable(variables))) {
+      TF_RETURN_IF_ERROR(MoveIntoArena(context, variables, layout, root, &arena));
     }
-    const ByteLayout fused_layout = LayOutBytes(small);
-    Tensor fused;
-    if (!small.empty()) {
-      fused = fused_.Free(DT_INT8, fused_layout.end);
-      uint8_t* buffer = reinterpret_cast<uint8_t*>(fused.flat<int8>().data());
-      if (root) FuseBytes(small, fused_layout, buffer);
-      messages.emplace_back(buffer, fused_layout.end);
-    }
-    TF_RETURN_IF_ERROR(BroadcastMessages(root_, layout, messages));
-    if (!root && !small.empty()) {
-      const uint8_t* buffer = reinterpret_cast<const uint8_t*>(fused.flat<int8>().data());
-      for (size_t i = 0; i < small.size(); ++i) {
-        std::memcpy(const_cast<char*>(small[i]->tensor_data().data()), buffer + fused_layout.offsets[i],
-                    small[i]->TotalBytes());
-      }
-    }
-    return OkStatus();
+    return BroadcastBytes(root_, layout, arena->base());
   }
 
-  static constexpr int64_t kOwnMessageBytes = 1 << 20;
+  // As training_op_helpers' PrepareToUpdateVariable: a variable's buffer may be written when it is
+  // the buffer's only owner.
+  static bool Writable(const std::vector<core::RefCountPtr<Var>>& variables) {
+    for (const auto& variable : variables) {
+      if (!variable->tensor()->RefCountIsOne() || variable->copy_on_read_mode.load()) return false;
+    }
+    return true;
+  }
 
-  // As training_op_helpers' PrepareToUpdateVariable: the variable's buffer may be written when it
-  // is the buffer's only owner; otherwise it gets a new one (the old value stays with its readers).
-  // The root only sends, but a large variable of either side gets, once, a buffer that asks for huge
-  // pages (see OnHugePages); the root's keeps its value.
-  static Status Writable(OpKernelContext* context, Var* variable, bool root) {
-    Tensor* value = variable->tensor();
-    const bool huge = OnHugePages(*value);
-    if (huge && (root || (value->RefCountIsOne() && !variable->copy_on_read_mode.load()))) return OkStatus();
-    Tensor fresh;
+  // Every variable gets a new buffer in a new arena, the old value staying with its readers; the
+  // root's keep their values (and the padding between them is zeroed: it is sent too).
+  static Status MoveIntoArena(OpKernelContext* context, std::vector<core::RefCountPtr<Var>>& variables,
+                              const ByteLayout& layout, bool root, std::shared_ptr<const Arena>* moved_to) {
+    auto arena = std::make_shared<Arena>();
     AllocatorAttributes attributes;
     attributes.set_gpu_compatible(true);
     attributes.set_nic_compatible(true);
-    TF_RETURN_IF_ERROR(context->allocate_temp(value->dtype(), value->shape(), &fresh, attributes));
-    AskForHugePages(fresh.tensor_data().data(), fresh.TotalBytes());  // before its pages are touched
-    if (root) std::memcpy(const_cast<char*>(fresh.tensor_data().data()), value->tensor_data().data(), value->TotalBytes());
-    *value = fresh;
-    Remember(fresh);
+    TF_RETURN_IF_ERROR(context->allocate_temp(DT_INT8, TensorShape({std::max<int64_t>(layout.end, 1)}),
+                                              &arena->bytes, attributes));
+    AskForHugePages(arena->base(), layout.end);  // before its pages are touched
+    int64_t filled = 0;
+    for (size_t i = 0; i < variables.size(); ++i) {
+      Tensor* value = variables[i]->tensor();
+      auto* slice = new ArenaSlice(arena, layout.offsets[i], value->TotalBytes());
+      Tensor fresh(value->dtype(), value->shape(), slice);
+      slice->Unref();  // the tensor holds its own reference
+      if (root) {
+        std::memset(arena->base() + filled, 0, layout.offsets[i] - filled);
+        std::memcpy(slice->data(), value->tensor_data().data(), value->TotalBytes());
+        filled = layout.offsets[i] + value->TotalBytes();
+      }
+      *value = fresh;
+    }
+    Remember(arena);
+    *moved_to = arena;
     return OkStatus();
   }
 
-  // MPI moves a large broadcast in one cross-process copy (CMA) that pins every page it touches:
-  // into TensorFlow's buffers (4 KB pages; its allocator does not ask for huge pages) it ran at
-  // half the speed of MPI into numpy's. Below two huge pages there is nothing to ask for.
-  static bool OnHugePages(const Tensor& value) {
-    if (value.TotalBytes() < kHugeBytes) return true;
-    std::lock_guard<std::mutex> guard(huge_lock_);
-    return huge_buffers_.count(value.tensor_data().data()) > 0;
+  // the live arena in which these tensors lie at the layout's offsets, or null (the arena of a list
+  // whose variables were reassigned since, or another list's)
+  static std::shared_ptr<const Arena> Holding(const std::vector<const Tensor*>& tensors, const ByteLayout& layout) {
+    std::shared_ptr<const Arena> arena;
+    {
+      std::lock_guard<std::mutex> guard(arenas_lock_);
+      auto found = arenas_.find(tensors[0]->tensor_data().data());
+      if (found != arenas_.end()) arena = found->second.lock();
+    }
+    if (arena == nullptr || arena->bytes.NumElements() != std::max<int64_t>(layout.end, 1)) return nullptr;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      if (tensors[i]->tensor_data().data() != reinterpret_cast<const char*>(arena->base() + layout.offsets[i])) {
+        return nullptr;
+      }
+    }
+    return arena;
   }
 
-  // buffers are remembered by address, not held (holding one would make its variable copy on every
-  // update); an address reused by another buffer would only be a slower broadcast, never a wrong one
-  static void Remember(const Tensor& value) {
-    if (value.TotalBytes() < kHugeBytes) return;
-    std::lock_guard<std::mutex> guard(huge_lock_);
-    if (huge_buffers_.size() > 4096) huge_buffers_.clear();
-    huge_buffers_.insert(value.tensor_data().data());
+  // arenas are found by their base address; one that is alive owns its bytes, so a variable lying
+  // at its offsets lies in it
+  static void Remember(const std::shared_ptr<const Arena>& arena) {
+    std::lock_guard<std::mutex> guard(arenas_lock_);
+    for (auto it = arenas_.begin(); it != arenas_.end();) it = it->second.expired() ? arenas_.erase(it) : std::next(it);
+    arenas_[arena->base()] = arena;
   }
 
-  static constexpr int64_t kHugeBytes = 4 << 20;
-  static std::mutex huge_lock_;
-  static std::set<const void*> huge_buffers_;
+  static std::mutex arenas_lock_;
+  static std::map<const void*, std::weak_ptr<const Arena>> arenas_;
 
   int root_ = 0;
-  RecycledBuffers fused_;
 };
 
-std::mutex NpuSimBroadcastVariablesOp::huge_lock_;
-std::set<const void*> NpuSimBroadcastVariablesOp::huge_buffers_;
+std::mutex NpuSimBroadcastVariablesOp::arenas_lock_;
+std::map<const void*, std::weak_ptr<const Arena>> NpuSimBroadcastVariablesOp::arenas_;
 
 REGISTER_KERNEL_BUILDER(Name("NpuSimBroadcastVariables").Device(DEVICE_CPU), NpuSimBroadcastVariablesOp);

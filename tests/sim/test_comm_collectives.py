@@ -546,6 +546,30 @@ result["huge_pages_asked"] = asks_for_huge_pages(first, 4 << 20)
 result["kernels"] = sorted({o.type for o in broadcast_in_graph.get_concrete_function().graph.get_operations()
                             if o.type.startswith(("NpuSim", "PyFunc", "AssignVariable"))})
 
+# a model's list (mixed sizes, 5 MB): moved once into one buffer, each variable at its 64-byte
+# boundary, then sent and received where the variables lie, even after an update in place
+model = [tf.Variable(np.full(s, me + 1, np.float32)) for s in (1000001, 7, 300003, 2, 5)]
+broadcast_model = tf.function(lambda: comm.broadcast_variables(model, root=0) and None)
+broadcast_model()
+laid_out = [address(v) for v in model]
+expected, end = [], laid_out[0]
+for v in model:
+    expected.append(end)
+    end = (end + 4 * int(np.prod(v.shape)) + 63) // 64 * 64
+result["list_contiguous"] = laid_out == expected
+model[2].assign_sub(tf.fill(model[2].shape, float(me + 1)))  # as an optimizer's update: in place
+result["update_in_place"] = address(model[2]) == laid_out[2]
+kept = model[2].value()  # a read held over the next broadcast keeps its value; the list moves
+broadcast_model()
+result["list_values"] = [float(v.numpy().sum()) for v in model]
+result["kept"] = float(kept.numpy().sum())
+result["list_moved_for_the_held_read"] = [address(v) for v in model] != laid_out
+del kept
+again = [address(v) for v in model]
+broadcast_model()
+result["list_stays"] = [address(v) for v in model] == again
+result["list_huge_pages_asked"] = asks_for_huge_pages(again[0], 4 * 1000001)
+
 # a TF1 graph with reference variables: the broadcast-and-assign path, run by a session
 graph = tf.Graph()
 with graph.as_default():
@@ -572,6 +596,11 @@ def test_broadcast_variables_in_place(tmp_path):
         assert r["same_buffer"]
         assert r["kernels"] == ["NpuSimBroadcastVariables"]
         assert r["reference"] == [1.0] * 4
+        assert r["list_contiguous"] and r["update_in_place"] and r["list_stays"], r
+        assert r["list_values"] == [1000001.0, 7.0, 0.0, 2.0, 5.0]  # rank 0's, its update included
+        assert r["list_moved_for_the_held_read"] == (r["rank"] == 1)  # only a receiver must not write
+        assert r["list_huge_pages_asked"]
+    assert rank0["kept"] == 0.0 and rank1["kept"] == -300003.0  # as read before the broadcast
     assert rank0["held"] == [[0.0] * 4] * 3  # what rank 0 had read stays as read
     assert rank1["held"] == [[1.0] * 4] * 3
 

@@ -65,6 +65,34 @@ def test_a_rank_that_dies_is_named_with_its_last_output(how):
     assert leftover == set()
 
 
+DIES_IN_A_SHARED_SUM = {
+    "eager": "lambda: npu.distribute.all_reduce([big])",
+    "graph": "tf.function(lambda: npu.distribute.all_reduce([big]) and None)",
+}
+
+
+@pytest.mark.parametrize("mode", DIES_IN_A_SHARED_SUM)
+def test_a_rank_that_dies_inside_a_shared_memory_sum_is_named_and_the_other_stopped(mode, monkeypatch):
+    """Small slots make a 16 MB sum 64 chunks, two barriers each: rank 1 dies among them."""
+    monkeypatch.setenv("NPU_SIM_SHARED_MIN_BYTES", "65536")
+    monkeypatch.setenv("NPU_SIM_SHARED_SLOT_BYTES", str(256 * 1024))
+    cells = [
+        "import os, threading\nimport npu_device as npu\nnpu.open().as_default()\nimport tensorflow as tf\n"
+        f"from npu_migrate_nb.sim import comm\nbig = tf.ones([1 << 22])\nreduce_big = {DIES_IN_A_SHARED_SUM[mode]}\n"
+        "reduce_big()\n"
+        "print('shared sums', comm.shared_sums + (comm._native.lib.npu_sim_shared_sums() if comm._native else 0))",
+        "if os.environ['RANK_ID'] == '1':\n    threading.Timer(1.0, lambda: os._exit(3)).start()\n"
+        "for _ in range(100000):\n    reduce_big()",
+        "print('never runs')",
+    ]
+    outcomes, output, leftover = run_cells(cells)
+    assert [o.status for o in outcomes] == ["ok", "error", "skipped"], output
+    assert "[rank 0] shared sums 1" in output and "[rank 1] shared sums 1" in output
+    assert outcomes[1].message.startswith("rank 1 died during cell 1"), outcomes[1].message
+    assert "Stopped the other ranks (0)" in outcomes[1].message
+    assert leftover == set()
+
+
 SKIPPED_BY_RANK_1 = {
     "eager": "if os.environ['RANK_ID'] == '0':\n    npu.distribute.all_reduce([tf.ones(3)])\nprint('done')",
     # in a graph the all-reduce runs in the native kernel, on a TensorFlow thread
