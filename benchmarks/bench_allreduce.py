@@ -13,7 +13,9 @@ For each size, on 2 MPI ranks (the mpich wheel's mpiexec), with a barrier before
     same bytes, timed in alternation with it (a loaded machine slows both alike).
 Each figure is the median over repetitions after a warm-up, the slower rank's. Printed: the ratio
 to raw MPI per size, and the cost per call beyond raw MPI in microseconds, next to what calling an
-empty ``tf.function`` costs (every graph call, a training step's too, pays that).
+empty ``tf.function`` costs (every graph call, a training step's too, pays that) and what a
+``tf.function`` that passes the list's variables to one op (``IdentityN``) costs (TensorFlow's
+part of a list broadcast in a graph).
 
 Also (unless --no-mwms): 64 MB through ``tf.distribute.MultiWorkerMirroredStrategy`` (RING over
 gRPC on 127.0.0.1), the peer users would otherwise reach for.
@@ -49,6 +51,7 @@ CASES = [  # (name, collective, where, shape)
     ("sum      eager", "sum", "eager", "list"),
     ("mean     eager", "mean", "eager", "one"),
     ("mean     eager", "mean", "eager", "list"),
+    ("reference: variables to an op", "handles", "graph", "list"),
     ("broadcast graph", "broadcast", "graph", "one"),
     ("broadcast graph", "broadcast", "graph", "list"),
     ("broadcast eager", "broadcast", "eager", "one"),
@@ -105,6 +108,8 @@ def _alternating_medians(ours, raw, barrier, repeats: int) -> tuple:
 def _case_step(npu, comm, tf, collective: str, where: str, tensors: list, variables: list):
     if collective == "none":  # what any graph call costs, a training step's included
         return tf.function(lambda: None)
+    if collective == "handles":  # what TensorFlow charges to pass a list's variables to any one op
+        return tf.function(lambda: tf.raw_ops.IdentityN(input=[v.handle for v in variables]) and None)
     if collective == "broadcast":
         if where == "eager":
             return lambda: npu.distribute.broadcast(variables)
@@ -143,9 +148,9 @@ def mpi_part(sizes: list) -> dict:
         for name, collective, where, shape in CASES:
             arrays = np.split(data, np.cumsum(pieces[shape])[:-1])
             tensors = [tf.constant(a) for a in arrays]
-            variables = [tf.Variable(t) for t in tensors] if collective == "broadcast" else []
+            variables = [tf.Variable(t) for t in tensors] if collective in ("broadcast", "handles") else []
             ours = _case_step(npu, comm, tf, collective, where, tensors, variables)
-            raw = ((lambda: world.Bcast(data)) if collective == "broadcast"
+            raw = ((lambda: world.Bcast(data)) if collective in ("broadcast", "handles")
                    else (lambda: world.Allreduce(data, received)))
             timing = _alternating_medians(ours, raw, world.Barrier, repeats_for(nbytes))
             slower = max(world.allgather(timing))
@@ -223,6 +228,9 @@ def print_sweep(mpi: dict) -> None:
     print(f"\ncollectives on {mpi['ranks']} ranks vs raw MPI on the same bytes (float32; median, slower rank)")
     print(header)
     print(f"{'raw MPI Allreduce (ms)':40}" + "".join(f"{first[str(s)][1] * 1e3:10.3f}" for s in sizes))
+    broadcasts = [timings for name, timings in cases.items() if name.startswith("broadcast")]
+    if broadcasts:
+        print(f"{'raw MPI Bcast (ms)':40}" + "".join(f"{broadcasts[0][str(s)][1] * 1e3:10.3f}" for s in sizes))
     print("ratio to raw MPI:")
     for name, timings in cases.items():
         print(f"{name:40}" + "".join(f"{timings[str(s)][0] / timings[str(s)][1]:9.2f}x" for s in sizes))

@@ -983,9 +983,9 @@ def _native_variable_broadcast_for(variables: list, root: int):
 def broadcast_variables(variables: Sequence, root: int = 0):
     """Give every variable its value on ``root``, in place: None eagerly, an op in a graph.
 
-    Resource variables, with the native kernels loaded, receive straight into their own buffers
-    (one variable) or from one fused buffer (several); otherwise this is :func:`broadcast` and an
-    assignment on every rank but the root (which holds what it sent).
+    Resource variables, with the native kernels loaded, receive straight into their own buffers,
+    which lie from the list's first broadcast on in one buffer: one message; otherwise this is
+    :func:`broadcast` and an assignment on every rank but the root (which holds what it sent).
     """
     import tensorflow as tf
 

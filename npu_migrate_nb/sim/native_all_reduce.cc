@@ -134,22 +134,26 @@ void AskForHugePages(const void* data, int64_t bytes) {
   if (end > start) madvise(reinterpret_cast<void*>(start), end - start, MADV_HUGEPAGE);  // a hint: errors ignored
 }
 
-uint32_t Crc32(const std::string& text) {  // zlib.crc32
+uint32_t Crc32(const std::string& text) {  // zlib.crc32, a byte at a time (a list's signature is KBs)
+  static const std::vector<uint32_t> table = [] {
+    std::vector<uint32_t> entries(256);
+    for (uint32_t byte = 0; byte < 256; ++byte) {
+      uint32_t crc = byte;
+      for (int bit = 0; bit < 8; ++bit) crc = (crc >> 1) ^ (0xEDB88320u & (0u - (crc & 1u)));
+      entries[byte] = crc;
+    }
+    return entries;
+  }();
   uint32_t crc = 0xFFFFFFFFu;
-  for (unsigned char byte : text) {
-    crc ^= byte;
-    for (int bit = 0; bit < 8; ++bit) crc = (crc >> 1) ^ (0xEDB88320u & (0u - (crc & 1u)));
-  }
-  return crc ^ 0xFFFFFFFFu;
+  for (unsigned char byte : text) crc = (crc >> 8) ^ table[(crc ^ byte) & 0xFFu];
+  return ~crc;
 }
 
 // comm._signature: ";".join(f"{a.dtype.str}{a.shape}" for a in arrays), e.g. "<f4(32, 64);<f4(64,)"
 std::string ShapeText(const TensorShape& shape) {
-  std::ostringstream out;
-  out << "(";
-  for (int d = 0; d < shape.dims(); ++d) out << (d ? ", " : "") << shape.dim_size(d);
-  out << (shape.dims() == 1 ? ",)" : ")");
-  return out.str();
+  std::string text = "(";
+  for (int d = 0; d < shape.dims(); ++d) text += (d ? ", " : "") + std::to_string(shape.dim_size(d));
+  return text + (shape.dims() == 1 ? ",)" : ")");
 }
 
 const char* OpName(int code) {
