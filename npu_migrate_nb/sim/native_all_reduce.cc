@@ -807,7 +807,7 @@ class NpuSimBroadcastVariablesOp : public OpKernel {
     const bool root = g_mpi.rank == root_;
     std::shared_ptr<const Arena> arena = Holding(tensors, layout);
     if (arena == nullptr || !(root || Writable(variables))) {
-      TF_RETURN_IF_ERROR(MoveIntoArena(context, variables, layout, root, &arena));
+      TF_RETURN_IF_ERROR(MoveIntoArena(context, variables, tensors, layout, root, &arena));
     }
     return BroadcastBytes(root_, layout, arena->base());
   }
@@ -821,10 +821,11 @@ class NpuSimBroadcastVariablesOp : public OpKernel {
     return true;
   }
 
-  // Every variable gets a new buffer in a new arena, the old value staying with its readers; the
-  // root's keep their values (and the padding between them is zeroed: it is sent too).
+  // Every variable (whose value is tensors[i]) gets a new buffer in a new arena, the old value
+  // staying with its readers; the root's keep their values, fused in as a broadcast's are.
   static Status MoveIntoArena(OpKernelContext* context, std::vector<core::RefCountPtr<Var>>& variables,
-                              const ByteLayout& layout, bool root, std::shared_ptr<const Arena>* moved_to) {
+                              const std::vector<const Tensor*>& tensors, const ByteLayout& layout, bool root,
+                              std::shared_ptr<const Arena>* moved_to) {
     auto arena = std::make_shared<Arena>();
     AllocatorAttributes attributes;
     attributes.set_gpu_compatible(true);
@@ -832,18 +833,12 @@ class NpuSimBroadcastVariablesOp : public OpKernel {
     TF_RETURN_IF_ERROR(context->allocate_temp(DT_INT8, TensorShape({std::max<int64_t>(layout.end, 1)}),
                                               &arena->bytes, attributes));
     AskForHugePages(arena->base(), layout.end);  // before its pages are touched
-    int64_t filled = 0;
+    if (root) FuseBytes(tensors, layout, arena->base());
     for (size_t i = 0; i < variables.size(); ++i) {
       Tensor* value = variables[i]->tensor();
       auto* slice = new ArenaSlice(arena, layout.offsets[i], value->TotalBytes());
-      Tensor fresh(value->dtype(), value->shape(), slice);
+      *value = Tensor(value->dtype(), value->shape(), slice);
       slice->Unref();  // the tensor holds its own reference
-      if (root) {
-        std::memset(arena->base() + filled, 0, layout.offsets[i] - filled);
-        std::memcpy(slice->data(), value->tensor_data().data(), value->TotalBytes());
-        filled = layout.offsets[i] + value->TotalBytes();
-      }
-      *value = fresh;
     }
     Remember(arena);
     *moved_to = arena;
