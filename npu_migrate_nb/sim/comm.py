@@ -630,31 +630,73 @@ def _shared_settings() -> tuple:
 
 _slots: Optional[list] = None  # each rank's slot as a uint8 array, once the window exists
 _shared_window = None  # the mpi4py window (numpy path without the native library)
+_shared_room = True  # False once /dev/shm turned out too small for the window: sums go through MPI
 shared_sums = 0  # sums this process did through shared memory on the numpy path (tests read it)
 
 
 def _through_shared_memory(nbytes: int) -> bool:
     minimum, _ = _shared_settings()
-    return minimum is not None and nbytes >= minimum
+    return _shared_room and minimum is not None and nbytes >= minimum
 
 
-def _shared_slots() -> list:
+def _free_shared_memory() -> int:
+    """The bytes /dev/shm can still give, -1 if unknown (no /dev/shm)."""
+    try:
+        info = os.statvfs("/dev/shm")
+    except OSError:
+        return -1
+    return info.f_bavail * info.f_frsize
+
+
+# below it, the chunks' barriers cost more than MPI_Allreduce: at 8 ranks, 43 MB through 1.4 MB slots
+# (31 chunks, three barriers each) took longer
+_SMALLEST_SLOT = 4 << 20
+
+
+def _slot_that_fits(configured: int, free_bytes: int, ranks: int) -> int:
+    """The configured slot, or less so that the window takes at most half of what /dev/shm has free
+    on every rank (``free_bytes``, their minimum; -1 unknown); 0 when that is under
+    :data:`_SMALLEST_SLOT` (or the configured slot, if smaller). The native kernel's SlotThatFits."""
+    if free_bytes < 0:
+        return configured
+    slot = min(configured, free_bytes // 2 // ranks // 4096 * 4096)
+    return slot if slot >= min(configured, _SMALLEST_SLOT) else 0
+
+
+def _shared_slots() -> Optional[list]:
     """Every rank's slot, the window allocated at the first use: inside a collective, after the
     descriptor exchange, so every rank allocates it at the same point. The native library owns it
-    when loaded (one window for both paths)."""
-    global _slots, _shared_window
-    if _slots is not None:
+    when loaded (one window for both paths).
+
+    A window larger than /dev/shm's free space maps fine and then kills a rank with SIGBUS at the
+    first page the tmpfs cannot give (Docker's default /dev/shm is 64 MB, of which MPICH takes 41 MB
+    for 8 ranks): the slots are sized to it first, from the ranks' minimum. None when it has no
+    room: large sums then go through MPI_Allreduce."""
+    global _slots, _shared_window, _shared_room
+    if _slots is not None or not _shared_room:
         return _slots
     import ctypes
     _, slot = _shared_settings()
     if _native is not None:
         bases = (ctypes.c_void_p * size())()
-        slot = _native.lib.npu_sim_shared_slots(bases)
-        if slot <= 0:
+        slot = _native.lib.npu_sim_shared_slots(bases)  # sized there the same way
+        if slot < 0:
             raise CollectiveError("could not allocate the shared-memory window")
+        if slot == 0:
+            _shared_room = False
+            return None
         _slots = [np.ctypeslib.as_array((ctypes.c_uint8 * slot).from_address(base)) for base in bases]
     else:
         MPI = _mpi()
+        everywhere = MPI.COMM_WORLD.allreduce(_free_shared_memory(), op=MPI.MIN)
+        slot = _slot_that_fits(slot, everywhere, size())
+        if slot == 0:
+            _shared_room = False
+            if rank() == 0:
+                print(f"npu-migrate-nb: /dev/shm has {everywhere >> 20} MB free for {size()} ranks: large sums go "
+                      "through MPI_Allreduce instead of shared memory (slower; give the container more, e.g. "
+                      "docker run --shm-size=1g)", file=sys.stderr)
+            return None
         _shared_window = MPI.Win.Allocate_shared(slot, 1, comm=MPI.COMM_WORLD)
         _slots = [np.frombuffer(_shared_window.Shared_query(r)[0], np.uint8, count=slot) for r in range(size())]
     return _slots
@@ -693,8 +735,15 @@ def _shared_allreduce(arrays: Sequence[np.ndarray], offsets: Sequence[int], recv
     every share out. Between chunks a barrier: no slot is refilled before everyone copied it out
     (after the last, the next collective's descriptor exchange is that barrier)."""
     global shared_sums
+    shared = _shared_slots()
+    if shared is None:  # /dev/shm had no room (on some rank): every rank sums through MPI
+        _fuse_into(recv, arrays, offsets, factor)
+        _mpi().COMM_WORLD.Allreduce(_mpi().IN_PLACE, recv, op=_mpi().SUM)
+        if rescale is not None:
+            _rescale(recv, *rescale)
+        return
     per_line = _ALIGN // recv.itemsize
-    slots = [slot.view(recv.dtype) for slot in _shared_slots()]
+    slots = [slot.view(recv.dtype) for slot in shared]
     chunk = slots[0].size // per_line * per_line
     me = rank()
     for start in range(0, recv.size, chunk):

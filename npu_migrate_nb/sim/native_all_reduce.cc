@@ -19,6 +19,9 @@
 // the extern "C" functions below, so the two paths stay one ordered stream of collectives.
 
 #include <sys/mman.h>
+#include <sys/statvfs.h>
+
+#include <cstdio>
 
 #include <algorithm>
 #include <atomic>
@@ -80,7 +83,8 @@ struct Shared {
   int64_t min_bytes = -1;  // comm._shared_settings: the smallest sum through it, -1 never
   int64_t slot_bytes = 0;
   int window = 0;
-  std::vector<uint8_t*> slots;  // every rank's slot, once allocated
+  bool sized = false;           // the slots were sized to /dev/shm (SharedSlots' first call)
+  std::vector<uint8_t*> slots;  // every rank's slot, once allocated; empty if /dev/shm had no room
 };
 Shared g_shared;
 std::atomic<int64_t> g_shared_sums{0};
@@ -246,8 +250,47 @@ Status Agree(int64_t kind, int64_t op, int64_t root, int64_t bytes, int64_t sign
 
 // comm._shared_slots: allocated at the first use, inside a collective after the descriptor exchange
 // (every rank allocates at the same point); the caller holds the MPI lock.
+// comm._free_shared_memory: the bytes /dev/shm can still give, -1 if unknown (no /dev/shm)
+int64_t FreeSharedMemory() {
+  struct statvfs info;
+  if (statvfs("/dev/shm", &info) != 0) return -1;
+  return static_cast<int64_t>(info.f_bavail) * static_cast<int64_t>(info.f_frsize);
+}
+
+// comm._slot_that_fits: the configured slot, or less so that the window takes at most half of what
+// /dev/shm has free on every rank (`free_bytes`, their minimum); 0 when that is under
+// 4 MB (or the configured slot, if smaller): at 8 ranks, 43 MB through 1.4 MB slots (31 chunks, three
+// barriers each) took longer than MPI_Allreduce.
+int64_t SlotThatFits(int64_t configured, int64_t free_bytes, int size) {
+  if (free_bytes < 0) return configured;
+  const int64_t fits = free_bytes / 2 / size / 4096 * 4096;
+  const int64_t slot = std::min(configured, fits);
+  return slot >= std::min<int64_t>(configured, 4 << 20) ? slot : 0;
+}
+
+// comm._shared_slots. A window larger than /dev/shm's free space maps fine and then kills the rank
+// with SIGBUS at the first page the tmpfs cannot give (Docker's default /dev/shm is 64 MB, of which
+// MPICH takes 41 MB for 8 ranks), so the slots are sized to it first, from the ranks' minimum:
+// every rank reaches this in the same collective. No room: the slots stay empty, and large sums
+// go through MPI_Allreduce from then on (min_bytes -1).
 Status SharedSlots() {
-  if (!g_shared.slots.empty()) return OkStatus();
+  if (g_shared.sized) return OkStatus();
+  int64_t free_bytes = FreeSharedMemory(), everywhere = 0;
+  if (g_mpi.allreduce(&free_bytes, &everywhere, 1, g_mpi.int64_type, g_mpi.min, g_mpi.comm) != 0) {
+    return errors::Internal("MPI_Allreduce failed");
+  }
+  g_shared.sized = true;
+  const int64_t configured = g_shared.slot_bytes;
+  g_shared.slot_bytes = SlotThatFits(configured, everywhere, g_mpi.size);
+  if (g_shared.slot_bytes == 0) {
+    g_shared.min_bytes = -1;
+    if (g_mpi.rank == 0) {
+      std::fprintf(stderr, "npu-migrate-nb: /dev/shm has %lld MB free for %d ranks: large sums go through "
+                   "MPI_Allreduce instead of shared memory (slower; give the container more, e.g. docker run "
+                   "--shm-size=1g)\n", static_cast<long long>(everywhere >> 20), g_mpi.size);
+    }
+    return OkStatus();
+  }
   void* mine = nullptr;
   if (g_shared.allocate(g_shared.slot_bytes, 1, g_shared.info_null, g_mpi.comm, &mine, &g_shared.window) != 0) {
     return errors::Internal("MPI_Win_allocate_shared failed");
@@ -383,11 +426,14 @@ void npu_sim_configure_shared(void* allocate, void* query, void* ibarrier, int i
 // Called with the MPI lock held, inside a collective.
 int64_t npu_sim_shared_slots(void** bases) {
   if (!SharedSlots().ok()) return -1;
+  if (g_shared.slots.empty()) return 0;  // /dev/shm had no room
   for (int r = 0; r < g_mpi.size; ++r) bases[r] = g_shared.slots[r];
   return g_shared.slot_bytes;
 }
 
 int64_t npu_sim_shared_sums() { return g_shared_sums.load(); }
+// the slot bytes the window was given (sized to /dev/shm), 0 if it had no room, -1 before the first use
+int64_t npu_sim_shared_slot_bytes() { return !g_shared.sized ? -1 : g_shared.slots.empty() ? 0 : g_shared.slot_bytes; }
 
 void npu_sim_lock() { g_lock.lock(); }
 void npu_sim_unlock() { g_lock.unlock(); }
@@ -532,6 +578,14 @@ class NpuSimAllReduceOp : public OpKernel {
     InCollective collective(kAllReduce);
     TF_RETURN_IF_ERROR(Agree(kAllReduce, op_code_, 0, bytes, signature, collective.sequence()));
     TF_RETURN_IF_ERROR(SharedSlots());
+    if (g_shared.slots.empty()) {  // /dev/shm had no room, on some rank: all of them sum through MPI
+      Fuse(values, offsets, receive, factor == T(0) ? T(1) : factor);
+      if (g_mpi.allreduce(g_mpi.in_place, receive, static_cast<int>(count), MpiType<T>(), g_mpi.sum, g_mpi.comm) != 0) {
+        return errors::Internal("MPI_Allreduce failed");
+      }
+      if (factor == T(0) && std::is_floating_point<T>::value) Rescale(receive, count);
+      return OkStatus();
+    }
     const int64_t per_line = 64 / sizeof(T);
     const int64_t chunk = g_shared.slot_bytes / static_cast<int64_t>(sizeof(T)) / per_line * per_line;
     std::vector<T*> slots;

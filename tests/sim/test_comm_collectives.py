@@ -691,3 +691,57 @@ def test_the_fused_buffer_assembled_chunk_by_chunk_is_the_fused_buffer(factor, c
     for a, offset in zip(arrays, offsets):
         expected[offset:offset + a.size] = a * np.float32(factor or 1)
     assert np.array_equal(whole, expected)
+
+
+SMALL_DEV_SHM = SHARED_SUMS.replace("sizes = [300001, 7, 25, 70001]", "sizes = [3000001, 7, 25, 2000001]").replace(
+    "emit()", """result["numpy_slot"] = int(comm._slots[0].size) if comm._slots is not None else 0
+result["native_slot"] = comm._native.lib.npu_sim_shared_slot_bytes() if comm._native is not None else None
+emit()""")
+
+
+@pytest.mark.sim
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="mounting a small /dev/shm needs root")
+@pytest.mark.parametrize("native", ["1", "0"])
+@pytest.mark.parametrize("dev_shm", ["40m", "4m"])
+def test_a_small_dev_shm_gets_smaller_slots_or_mpi_instead_of_a_bus_error(tmp_path, dev_shm, native):
+    """Docker's /dev/shm is 64 MB by default. A window of 32 MB slots beyond its free space maps and
+    then dies of SIGBUS at the first page the tmpfs cannot give: the slots are sized to half of what
+    is free (40 MB: smaller slots, 20 MB sums in chunks), or, under 4 MB (a 4 MB tmpfs), large sums go
+    through MPI_Allreduce with a one-line note. Each rank runs in a mount namespace of its own with
+    a tmpfs of that size on /dev/shm (MPICH's own segments live there too)."""
+    script = tmp_path / "script.py"
+    script.write_text(f"REPO = {REPO!r}\n" + PREAMBLE + textwrap.dedent(SMALL_DEV_SHM))
+    command = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+               f'mount -t tmpfs -o size={dev_shm} tmpfs /dev/shm && exec mpiexec -n 2 "$0" "$1"',
+               sys.executable, str(script)]
+    env = {**_env(), "NPU_SIM_NATIVE": native, "NPU_SIM_SHARED_MIN_BYTES": "65536"}
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    results = [json.loads(line[len("RESULT "):]) for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    for r in _by_rank(done, results, 2):
+        assert r["ints_exact"] and r["close_to_mpi"] and r["mean_close"] and r["same_on_every_rank"], r
+        assert r["native_is_numpy_path"] and r["mean_native_is_numpy_path"], r
+        assert r["shapes"] == [[3000001], [7], [25], [2000001]]
+        slot = r["numpy_slot"] if native == "0" else r["native_slot"]
+        sums = r["numpy_sums"] + (r["native_sums"] or 0)
+        if dev_shm == "40m":  # 2 slots within half of at most 40 MB, under the 32 MB configured; chunks
+            assert 4 << 20 <= slot <= 10 << 20 and sums == 6, r
+        else:
+            assert slot == 0 and sums == 0, r
+    if dev_shm == "4m":
+        assert done.stderr.count("/dev/shm has") == 1 and "--shm-size" in done.stderr, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("configured, free, ranks, slot", [
+    (32 << 20, -1, 8, 32 << 20),            # no /dev/shm to ask: as configured
+    (32 << 20, 24 << 30, 8, 32 << 20),      # a roomy one: as configured
+    (32 << 20, 64 << 20, 2, 16 << 20),      # half of what is free, in pages
+    (32 << 20, 22 << 20, 8, 0),             # Docker's 64 MB at 8 ranks (MPICH took 41): 1.4 MB, too small
+    (32 << 20, 100 << 20 | 123, 3, 4266 * 4096),  # 17 476 266 bytes rounded down to whole pages
+    (256 << 10, 1 << 20, 2, 256 << 10),     # a small configured slot fits, and is kept
+    (256 << 10, 600 << 10, 2, 0),           # half of that: 150 KB is below the configured 256 KB
+])
+def test_the_slot_is_sized_to_half_of_what_dev_shm_has_free(configured, free, ranks, slot):
+    sys.path.insert(0, REPO)
+    from npu_migrate_nb.sim import comm
+
+    assert comm._slot_that_fits(configured, free, ranks) == slot
