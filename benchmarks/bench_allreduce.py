@@ -14,8 +14,9 @@ For each size, on 2 MPI ranks (the mpich wheel's mpiexec), with a barrier before
 Each figure is the median over repetitions after a warm-up, the slower rank's. Printed: the ratio
 to raw MPI per size, and the cost per call beyond raw MPI in microseconds, next to what calling an
 empty ``tf.function`` costs (every graph call, a training step's too, pays that) and what a
-``tf.function`` that passes the list's variables to one op (``IdentityN``) costs (TensorFlow's
-part of a list broadcast in a graph).
+``tf.function`` that passes the list's variables to one op (``IdentityN``) costs (what a list
+broadcast in a graph paid TensorFlow before it took the list as one input, a resource made at
+tracing).
 
 Also (unless --no-mwms): 64 MB through ``tf.distribute.MultiWorkerMirroredStrategy`` (RING over
 gRPC on 127.0.0.1), the peer users would otherwise reach for.

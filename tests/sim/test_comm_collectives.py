@@ -551,6 +551,9 @@ result["kernels"] = sorted({o.type for o in broadcast_in_graph.get_concrete_func
 model = [tf.Variable(np.full(s, me + 1, np.float32)) for s in (1000001, 7, 300003, 2, 5)]
 broadcast_model = tf.function(lambda: comm.broadcast_variables(model, root=0) and None)
 broadcast_model()
+# the function takes the list as one input (TensorFlow's cost of a call grows with its inputs)
+result["list_inputs"] = [len(broadcast_model.get_concrete_function().captured_inputs),
+                         len(tf.function(lambda: [v.read_value() for v in model]).get_concrete_function().captured_inputs)]
 laid_out = [address(v) for v in model]
 expected, end = [], laid_out[0]
 for v in model:
@@ -569,6 +572,16 @@ again = [address(v) for v in model]
 broadcast_model()
 result["list_stays"] = [address(v) for v in model] == again
 result["list_huge_pages_asked"] = asks_for_huge_pages(again[0], 4 * 1000001)
+
+# a variable made and initialized by the function that broadcasts it (it does not exist at tracing)
+lazy = []
+@tf.function
+def make_and_broadcast():
+    if not lazy:
+        lazy.append(tf.Variable(tf.fill([3], float(me + 2))))
+    comm.broadcast_variables(lazy, root=1)
+make_and_broadcast()
+result["lazy"] = lazy[0].numpy().tolist()
 
 # a TF1 graph with reference variables: the broadcast-and-assign path, run by a session
 graph = tf.Graph()
@@ -594,7 +607,9 @@ def test_broadcast_variables_in_place(tmp_path):
         # into 4 KB pages ran at half speed), once: later ones receive where the variable lies
         assert r["moved_once"] and r["huge_pages_asked"]
         assert r["same_buffer"]
-        assert r["kernels"] == ["NpuSimBroadcastVariables"]
+        assert r["kernels"] == ["NpuSimBroadcastVariableList"]
+        assert r["list_inputs"] == [1, 5]
+        assert r["lazy"] == [3.0] * 3  # rank 1's
         assert r["reference"] == [1.0] * 4
         assert r["list_contiguous"] and r["update_in_place"] and r["list_stays"], r
         assert r["list_values"] == [1000001.0, 7.0, 0.0, 2.0, 5.0]  # rank 0's, its update included
