@@ -30,8 +30,9 @@ every rank, is a floor no simulator removes (no goal).
    global batch, so the same total compute (ResNet-style model by default): cluster ready time,
    epoch time and CPU of all ranks, alternating rounds.       goals: epoch <= 1.5x, ready <= 2x
    Beside each size, its floor: as many plain processes (no MPI, no adapter, no collective), each
-   with a rank's share of rows, batch and cores, training at the same time. The floor's own 8-vs-2
-   ratio is what the machine imposes; the ranks' ratio to their floor is what the simulator adds.
+   with a rank's share of rows, batch and cores, training at the same time, measured in the same
+   alternating rounds as the ranks. The floor's own 8-vs-2 ratio is what the machine imposes; the
+   ranks' ratio to their floor is what the simulator adds.
    Then the memory of a rank (RSS at ready and after training, USS, PSS; median over the ranks),
    next to one plain process that imported TensorFlow and mpi4py.
 
@@ -346,31 +347,35 @@ def plain_tensorflow_rss() -> float:
     return int(done.stdout.split()[-1]) / 2**20
 
 
-def plain_processes_epochs(spec: dict, n: int, rounds: int, per_round: int) -> list:
+class PlainProcesses:
     """The floor under n ranks: n plain processes (no MPI, no adapter, no collective), each with
-    a rank's share of the rows, batch and cores, training at the same time. Per epoch, the slowest."""
-    share = dict(spec, rows=spec["rows"] // n, batch=spec["batch"] // n)
-    cores = machine_cores()
-    processes = [SingleProcess(share, untuned=True, threads=max(1, cores // n), wait=False) for _ in range(n)]
-    try:
-        for process in processes:
+    a rank's share of the rows, batch and cores, training at the same time."""
+
+    def __init__(self, spec: dict, n: int):
+        share = dict(spec, rows=spec["rows"] // n, batch=spec["batch"] // n)
+        cores = machine_cores()
+        self.processes = [SingleProcess(share, untuned=True, threads=max(1, cores // n), wait=False)
+                          for _ in range(n)]
+        for process in self.processes:
             process.ready()
-        epochs = []
-        for _ in range(rounds):
-            for process in processes:
-                process.start_epochs(per_round)
-            times = [process.finish_epochs() for process in processes]
-            epochs += [max(t[i][0] for t in times) for i in range(per_round)]
-        return epochs
-    finally:
-        for process in processes:
+
+    def epochs(self, count: int) -> list:
+        """Per epoch: (wall of the slowest process, CPU of all processes together), as
+        :func:`cluster_epochs` gives for the ranks."""
+        for process in self.processes:
+            process.start_epochs(count)
+        times = [process.finish_epochs() for process in self.processes]
+        return [(max(t[i][0] for t in times), sum(t[i][1] for t in times)) for i in range(count)]
+
+    def close(self) -> None:
+        for process in self.processes:
             process.close()
 
 
 def server_part(name: str, sizes=(2, 4, 8), rounds: int = 3, per_round: int = 2) -> None:
     """The same notebook on a full 8-device server and on 2 and 4 ranks, same global batch."""
     spec = MODELS[name]
-    clusters, ready, memory = {}, {}, {}
+    clusters, floors, ready, memory = {}, {}, {}, {}
     try:
         for n in sizes:
             started = time.perf_counter()
@@ -378,26 +383,35 @@ def server_part(name: str, sizes=(2, 4, 8), rounds: int = 3, per_round: int = 2)
             ready[n] = time.perf_counter() - started
             memory[n] = {"ready": rank_memory(clusters[n])}
             clusters[n].view.execute(EPOCH_SETUP.format(spec=spec, distributed=True, untuned=False, threads=0)).get()
+        for n in sizes:
+            floors[n] = PlainProcesses(spec, n)
+        # each size's ranks and its floor in the same rounds: a loaded machine slows both alike
         epochs = {n: [] for n in sizes}
+        floor_epochs = {n: [] for n in sizes}
         for _ in range(rounds):
             for n, cluster in clusters.items():
                 epochs[n] += cluster_epochs(cluster, per_round)
+                floor_epochs[n] += floors[n].epochs(per_round)
         for n, cluster in clusters.items():
             memory[n]["trained"] = rank_memory(cluster)
     finally:
+        for floor in floors.values():
+            floor.close()
         for cluster in clusters.values():
             cluster.stop()
     base = min(sizes)
     print(f"\none server on this {os.cpu_count()}-core machine, model {name!r} ({_describe(spec)}), global batch "
           f"{spec['batch']} at every size; median of {rounds}x{per_round} epochs in alternating rounds:")
     wall = {n: statistics.median(t[0] for t in epochs[n]) for n in sizes}
-    floor = {n: statistics.median(plain_processes_epochs(spec, n, rounds, per_round)) for n in sizes}
+    floor = {n: statistics.median(t[0] for t in floor_epochs[n]) for n in sizes}
+    floor_cpu = {n: statistics.median(t[1] for t in floor_epochs[n]) for n in sizes}
     for n in sizes:
         cpu = statistics.median(t[1] for t in epochs[n])
         print(f"  {n} ranks: cluster ready {ready[n]:6.2f} s ({ready[n] / ready[base]:.2f}x {base} ranks)   "
               f"epoch {wall[n]:.3f} s ({wall[n] / wall[base]:.2f}x {base} ranks), CPU of all ranks {cpu:.2f} s; "
               f"{n} plain processes with a rank's share, no MPI: epoch {floor[n]:.3f} s "
-              f"({floor[n] / floor[base]:.2f}x {base}), the ranks {wall[n] / floor[n]:.2f}x that")
+              f"({floor[n] / floor[base]:.2f}x {base}), CPU {floor_cpu[n]:.2f} s; the ranks {wall[n] / floor[n]:.2f}x "
+              f"that, CPU {cpu / floor_cpu[n]:.2f}x")
     top = max(sizes)
     print(f"  goals: epoch {top} vs {base} ranks <= 1.5x: {wall[top] / wall[base]:.2f}x "
           f"(with no collectives at all, {top} plain processes vs {base}: {floor[top] / floor[base]:.2f}x); "

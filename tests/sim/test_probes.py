@@ -44,14 +44,34 @@ def test_the_fit_probe_adds_no_batch_hooks_and_gives_train_function_back():
         out["restored"] = "train_function" not in model.__dict__ or model.train_function is own
         records = probes.take_records()
         out["moments"] = [r["moment"] for r in records if r["kind"] == "weights"]
+        out["hashed"] = [r["fingerprint"] is not None for r in records if r["kind"] == "weights"]
+        out["sampled"] = [len(r["samples"]) for r in records if r["kind"] == "weights"]
         out["inputs"] = [r["source"] for r in records if r["kind"] == "input"]
         out["rows"] = len([r for r in records if r["kind"] == "input"][0]["rows"])
     """)
     assert out["batch_hooks"] is False
     assert out["restored"] is True
     assert out["moments"] == ["start", "step1", "end", "start", "step1", "end"]
+    # only a start is hashed (the broadcast check compares it bit for bit); every moment is sampled
+    assert out["hashed"] == [True, False, False, True, False, False]
+    assert out["sampled"] == [2] * 6
     assert out["inputs"] == ["keras fit dataset", "keras fit dataset"]
     assert out["rows"] == 4
+
+
+def test_weights_are_read_without_a_copy_and_keep_what_was_read():
+    out = run("""
+        v = tf.Variable(np.arange(1 << 20, dtype="float32"))
+        first, again = probes._read_without_copying([v])[0], probes._read_without_copying([v])[0]
+        out["shared"] = bool(np.shares_memory(first, again))
+        v.assign_add(tf.ones_like(v))  # copies the buffer first: a read still held keeps its value
+        out["kept"] = float(first[5])
+        out["now"] = float(probes._read_without_copying([v])[0][5])
+        out["fingerprint"] = probes.fingerprint([first]) == probes.fingerprint([np.arange(1 << 20, dtype="float32")])
+    """)
+    assert out["shared"] is True
+    assert out["kept"] == 5.0 and out["now"] == 6.0
+    assert out["fingerprint"] is True
 
 
 def test_the_dataset_observation_is_reused_and_shards_are_found_without_serializing():
