@@ -74,6 +74,27 @@ def test_weights_are_read_without_a_copy_and_keep_what_was_read():
     assert out["fingerprint"] is True
 
 
+def test_an_eager_loop_reads_the_weights_only_at_the_steps_it_records():
+    out = run("""
+        reads = []
+        original = probes._read_without_copying
+        probes._read_without_copying = lambda variables: reads.append(len(variables)) or original(variables)
+        w = tf.Variable(tf.ones([4, 2]))
+        optimizer = tf.keras.optimizers.SGD(0.1)
+        for step in range(6):
+            optimizer.apply_gradients([(tf.fill([4, 2], float(step)), w)])
+        records = probes.end_cell()
+        out["reads"] = reads
+        out["moments"] = [r["moment"] for r in records if r["kind"] == "weights"]
+        out["end"] = [r["samples"][0].tolist() for r in records if r["moment"] == "end"]
+        out["step1"] = [r["samples"][0].tolist() for r in records if r["moment"] == "step1"]
+    """)
+    assert out["reads"] == [1, 1, 1]  # the start, after the first update, the end; not every step
+    assert out["moments"] == ["start", "step1", "end"]
+    assert out["step1"] == [[1.0] * 8]  # the first update's gradient was zeros
+    assert out["end"] == [[1.0 - 0.1 * (1 + 2 + 3 + 4 + 5)] * 8]
+
+
 def test_the_dataset_observation_is_reused_and_shards_are_found_without_serializing():
     out = run("""
         r = tf.data.Dataset.range
