@@ -332,7 +332,7 @@ def _signature(arrays: Sequence[np.ndarray]) -> int:
 def _describe(row: np.ndarray) -> str:
     kinds = {v: k for k, v in _KIND_CODES.items()}
     ops = {v: k for k, v in _OP_CODES.items()}
-    kind, op, root, nbytes, sig, seq = (int(x) for x in row)
+    kind, op, root, nbytes, sig, seq = (int(x) for x in row[:6])
     text = f"{kinds.get(kind, '?')} #{seq}"
     if kind == _KIND_CODES["all_reduce"]:
         text += f" ({ops.get(op)})"
@@ -387,12 +387,18 @@ def _wait_politely(request) -> None:
         raise
 
 
+# the descriptor's fields: kind, op, root, bytes, signature (compared), sequence, and two the native
+# kernel's large sums exchange (its Agree): the shared result regions this rank offers (none here:
+# the numpy path copies its results out), the bytes /dev/shm has free (-1: not asked)
+_DESCRIPTOR = 8
+
+
 def _agree(kind: str, op: Optional[str], root: int, arrays: Sequence[np.ndarray]) -> None:
     """All-gather a descriptor and raise on every rank if ranks are in different collectives."""
     comm = _mpi().COMM_WORLD
     mine = np.array([_KIND_CODES[kind], _OP_CODES[op], root, sum(a.nbytes for a in arrays),
-                     _signature(arrays), _current_sequence], dtype=np.int64)
-    everyone = np.empty((comm.Get_size(), mine.size), dtype=np.int64)
+                     _signature(arrays), _current_sequence, 0, -1], dtype=np.int64)
+    everyone = np.empty((comm.Get_size(), _DESCRIPTOR), dtype=np.int64)
     _wait_politely(comm.Iallgather(mine, everyone))
     # sequence numbers may legitimately differ only if a rank skipped no-op calls; compare the rest
     if not (everyone[:, :5] == mine[:5]).all():

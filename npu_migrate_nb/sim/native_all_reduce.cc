@@ -227,35 +227,57 @@ class RecycledBuffers {
   std::vector<Tensor> buffers_;
 };
 
-// comm._agree: all-gather the descriptor; every rank fails with the same message if ranks differ.
-Status Agree(int64_t kind, int64_t op, int64_t root, int64_t bytes, int64_t signature, int64_t sequence) {
-  int64_t mine[6] = {kind, op, root, bytes, signature, sequence};
-  std::vector<int64_t> everyone(6 * g_mpi.size);
-  int request = 0;
-  if (g_mpi.iallgather(mine, 6, g_mpi.int64_type, everyone.data(), 6, g_mpi.int64_type, g_mpi.comm, &request) != 0) {
-    return errors::Internal("MPI_Iallgather failed");
-  }
-  TF_RETURN_IF_ERROR(WaitPolitely(&request, kind == kBroadcast ? "broadcast" : "all_reduce", sequence));
-  bool agree = true;
-  for (int r = 0; r < g_mpi.size && agree; ++r) {
-    for (int k = 0; k < 5; ++k) agree = agree && everyone[6 * r + k] == mine[k];
-  }
-  if (agree) return OkStatus();
-  std::ostringstream lines;
-  for (int r = 0; r < g_mpi.size; ++r) {
-    lines << (r ? "; " : "") << "rank " << r << ": " << Describe(&everyone[6 * r]);
-  }
-  return errors::InvalidArgument("ranks reached different collectives: ", lines.str());
-}
-
-// comm._shared_slots: allocated at the first use, inside a collective after the descriptor exchange
-// (every rank allocates at the same point); the caller holds the MPI lock.
 // comm._free_shared_memory: the bytes /dev/shm can still give, -1 if unknown (no /dev/shm)
 int64_t FreeSharedMemory() {
   struct statvfs info;
   if (statvfs("/dev/shm", &info) != 0) return -1;
   return static_cast<int64_t>(info.f_bavail) * static_cast<int64_t>(info.f_frsize);
 }
+
+// comm._agree: all-gather the descriptor; every rank fails with the same message if ranks differ.
+// Two more fields ride along, not compared: what this rank offers for the call's results
+// (RegionOffer; every rank gets the AND of all offers in `consensus`) and the bytes /dev/shm has
+// free here (every rank gets the ranks' minimum in `free_shared`; -1 unknown or not asked).
+const int kDescriptor = 8;  // comm._DESCRIPTOR
+
+Status Agree(int64_t kind, int64_t op, int64_t root, int64_t bytes, int64_t signature, int64_t sequence,
+             int64_t offer = 0, int64_t* consensus = nullptr, int64_t* free_shared = nullptr) {
+  int64_t mine[kDescriptor] = {kind, op, root, bytes, signature, sequence, offer,
+                               free_shared != nullptr ? FreeSharedMemory() : -1};
+  std::vector<int64_t> everyone(kDescriptor * g_mpi.size);
+  int request = 0;
+  if (g_mpi.iallgather(mine, kDescriptor, g_mpi.int64_type, everyone.data(), kDescriptor, g_mpi.int64_type,
+                       g_mpi.comm, &request) != 0) {
+    return errors::Internal("MPI_Iallgather failed");
+  }
+  TF_RETURN_IF_ERROR(WaitPolitely(&request, kind == kBroadcast ? "broadcast" : "all_reduce", sequence));
+  bool agree = true;
+  for (int r = 0; r < g_mpi.size && agree; ++r) {
+    for (int k = 0; k < 5; ++k) agree = agree && everyone[kDescriptor * r + k] == mine[k];
+  }
+  if (!agree) {
+    std::ostringstream lines;
+    for (int r = 0; r < g_mpi.size; ++r) {
+      lines << (r ? "; " : "") << "rank " << r << ": " << Describe(&everyone[kDescriptor * r]);
+    }
+    return errors::InvalidArgument("ranks reached different collectives: ", lines.str());
+  }
+  if (consensus != nullptr) {
+    *consensus = offer;
+    for (int r = 0; r < g_mpi.size; ++r) *consensus &= everyone[kDescriptor * r + 6];
+  }
+  if (free_shared != nullptr) {
+    *free_shared = mine[7];
+    for (int r = 0; r < g_mpi.size; ++r) {
+      const int64_t theirs = everyone[kDescriptor * r + 7];
+      if (theirs >= 0 && (*free_shared < 0 || theirs < *free_shared)) *free_shared = theirs;
+    }
+  }
+  return OkStatus();
+}
+
+// comm._shared_slots: allocated at the first use, inside a collective after the descriptor exchange
+// (every rank allocates at the same point); the caller holds the MPI lock.
 
 // comm._slot_that_fits: the configured slot, or less so that the window takes at most half of what
 // /dev/shm has free on every rank (`free_bytes`, their minimum); 0 when that is under
@@ -315,6 +337,81 @@ Status SharedBarrier(int64_t sequence) {
   if (g_shared.ibarrier(g_mpi.comm, &request) != 0) return errors::Internal("MPI_Ibarrier failed");
   TF_RETURN_IF_ERROR(WaitPolitely(&request, "all_reduce", sequence));
   std::atomic_thread_fence(std::memory_order_seq_cst);
+  return OkStatus();
+}
+
+// The results of large sums, shared by every rank: each rank writes its share of the sum into one
+// region that all ranks' outputs are slices of, instead of every rank copying every share out of
+// the slots into a buffer of its own (at 8 ranks, 40% of the sum's memory traffic, and a result
+// buffer per rank). A region is written again only once no rank holds an output of it: each rank
+// offers the regions it holds nothing of in the descriptor exchange, and all take the first region
+// every rank offered (or make the next one, all at once, or copy out as before). A region's
+// buffer keeps one reference of ours, so an output is never taken over by an op that writes in
+// place (TensorFlow forwards a buffer only when its root has one reference), and a region is free
+// here when that reference is the only one left.
+class SharedRegion : public TensorBuffer {
+ public:
+  SharedRegion(void* data, int64_t bytes) : TensorBuffer(data), bytes_(bytes) {}
+  size_t size() const override { return bytes_; }
+  TensorBuffer* root_buffer() override { return this; }
+  void FillAllocationDescription(AllocationDescription* proto) const override {
+    proto->set_requested_bytes(bytes_);
+    proto->set_allocator_name("npu_sim_shared_results");
+  }
+
+ private:
+  const int64_t bytes_;
+};
+
+const int kRegions = 2;  // a step's results and the next step's, or two models' (a GAN's)
+std::vector<SharedRegion*> g_regions;  // made in step on every rank; never freed (MPI owns the memory)
+std::atomic<int64_t> g_region_sums{0};
+
+// bit k: region k is free here and holds `bytes`; bit kRegions + k: region k is not made yet. Only
+// once the slots are sized (their first sum, which this one is not: it measured /dev/shm first).
+int64_t RegionOffer(int64_t bytes) {
+  if (!g_shared.sized || g_shared.slots.empty()) return 0;
+  int64_t offer = 0;
+  for (int k = 0; k < kRegions; ++k) {
+    if (k >= static_cast<int>(g_regions.size())) {
+      offer |= int64_t{1} << (kRegions + k);
+    } else if (static_cast<int64_t>(g_regions[k]->size()) >= bytes && g_regions[k]->RefCountIsOne()) {
+      offer |= int64_t{1} << k;
+    }
+  }
+  return offer;
+}
+
+// The region every rank agreed on (`consensus`, the AND of the offers), made now if it is new and
+// /dev/shm has room for it (at most half of what it has free on every rank, as for the slots), or
+// nullptr: copy out. Every rank decides the same from the same figures.
+Status RegionFor(int64_t consensus, int64_t free_shared, int64_t bytes, SharedRegion** region) {
+  *region = nullptr;
+  for (int k = 0; k < kRegions; ++k) {
+    if (consensus & (int64_t{1} << k)) {
+      *region = g_regions[k];
+      return OkStatus();
+    }
+  }
+  const int k = static_cast<int>(g_regions.size());
+  const int64_t rounded = (bytes + (2 << 20) - 1) / (2 << 20) * (2 << 20);
+  if (k >= kRegions || !(consensus & (int64_t{1} << (kRegions + k))) ||
+      (free_shared >= 0 && rounded > free_shared / 2)) {
+    return OkStatus();
+  }
+  void* mine = nullptr;
+  int window = 0;
+  if (g_shared.allocate(g_mpi.rank == 0 ? rounded : 0, 1, g_shared.info_null, g_mpi.comm, &mine, &window) != 0) {
+    return errors::Internal("MPI_Win_allocate_shared failed (results)");
+  }
+  int64_t size = 0;
+  int unit = 0;
+  void* base = nullptr;
+  if (g_shared.query(window, 0, &size, &unit, &base) != 0 || size < rounded) {
+    return errors::Internal("MPI_Win_shared_query failed (results)");
+  }
+  g_regions.push_back(new SharedRegion(base, rounded));
+  *region = g_regions.back();
   return OkStatus();
 }
 
@@ -432,6 +529,9 @@ int64_t npu_sim_shared_slots(void** bases) {
 }
 
 int64_t npu_sim_shared_sums() { return g_shared_sums.load(); }
+// of them, the sums whose results went to a shared region (no copy-out); the regions made
+int64_t npu_sim_region_sums() { return g_region_sums.load(); }
+int64_t npu_sim_regions() { return static_cast<int64_t>(g_regions.size()); }
 // the slot bytes the window was given (sized to /dev/shm), 0 if it had no room, -1 before the first use
 int64_t npu_sim_shared_slot_bytes() { return !g_shared.sized ? -1 : g_shared.slots.empty() ? 0 : g_shared.slot_bytes; }
 
@@ -497,29 +597,16 @@ class NpuSimAllReduceOp : public OpKernel {
     }
     OP_REQUIRES(context, count <= INT32_MAX, errors::InvalidArgument("all_reduce of over 2**31 elements"));
 
-    Tensor fused = results_.Free(DataTypeToEnum<T>::value, count);
-    T* receive = fused.flat<T>().data();
     const T factor = ExactFactor();
     const bool shared = ThroughSharedMemory(count);
     const bool scattered = !shared && factor == T(0) && Scattered(count);
-    Tensor staging = values.size() > 1 && scattered ? staging_.Free(DataTypeToEnum<T>::value, count) : Tensor();
+    Tensor fused;  // the results, each output a slice of it
     if (shared) {
-      OP_REQUIRES_OK(context, SharedExchange(values, offsets, receive, count, bytes, Crc32(signature), factor));
-    } else if (factor != T(0)) {  // comm._allreduce_group: scaled while fused, then reduced in place
-      Fuse(values, offsets, receive, factor);
-      OP_REQUIRES_OK(context, Exchange(reinterpret_cast<const T*>(g_mpi.in_place), receive, count, bytes, Crc32(signature)));
-    } else if (scattered) {
-      const T* send = values.size() > 1 ? staging.flat<T>().data() : values[0].flat<T>().data();
-      if (values.size() > 1) Fuse(values, offsets, staging.flat<T>().data(), T(1));
-      OP_REQUIRES_OK(context, ScatteredExchange(send, receive, count, bytes, Crc32(signature)));
-    } else {  // a single tensor is sent from where it lies; several are fused and reduced in place
-      const T* send = values[0].flat<T>().data();
-      if (values.size() > 1) {
-        Fuse(values, offsets, receive, T(1));
-        send = reinterpret_cast<const T*>(g_mpi.in_place);
-      }
-      OP_REQUIRES_OK(context, Exchange(send, receive, count, bytes, Crc32(signature)));
-      if (std::is_floating_point<T>::value) Rescale(receive, count);
+      OP_REQUIRES_OK(context, SharedExchange(values, offsets, count, bytes, Crc32(signature), factor, &fused));
+    } else {
+      fused = results_.Free(DataTypeToEnum<T>::value, count);
+      OP_REQUIRES_OK(context, PrivateExchange(values, offsets, fused.flat<T>().data(), count, bytes,
+                                              Crc32(signature), factor, scattered));
     }
     for (int i = 0; i < values.size(); ++i) {
       Tensor out;
@@ -531,6 +618,30 @@ class NpuSimAllReduceOp : public OpKernel {
   }
 
  private:
+  // the paths whose results land in this rank's own recycled buffer, `receive`
+  Status PrivateExchange(const OpInputList& values, const std::vector<int64_t>& offsets, T* receive, int64_t count,
+                         int64_t bytes, int64_t signature, T factor, bool scattered) {
+    Tensor staging = values.size() > 1 && scattered ? staging_.Free(DataTypeToEnum<T>::value, count) : Tensor();
+    if (factor != T(0)) {  // comm._allreduce_group: scaled while fused, then reduced in place
+      Fuse(values, offsets, receive, factor);
+      return Exchange(reinterpret_cast<const T*>(g_mpi.in_place), receive, count, bytes, signature);
+    }
+    if (scattered) {
+      const T* send = values.size() > 1 ? staging.flat<T>().data() : values[0].flat<T>().data();
+      if (values.size() > 1) Fuse(values, offsets, staging.flat<T>().data(), T(1));
+      return ScatteredExchange(send, receive, count, bytes, signature);
+    }
+    // a single tensor is sent from where it lies; several are fused and reduced in place
+    const T* send = values[0].flat<T>().data();
+    if (values.size() > 1) {
+      Fuse(values, offsets, receive, T(1));
+      send = reinterpret_cast<const T*>(g_mpi.in_place);
+    }
+    TF_RETURN_IF_ERROR(Exchange(send, receive, count, bytes, signature));
+    if (std::is_floating_point<T>::value) Rescale(receive, count);
+    return OkStatus();
+  }
+
   static int64_t RoundUp(int64_t elements) {
     const int64_t per_line = 64 / sizeof(T);
     return (elements + per_line - 1) / per_line * per_line;
@@ -572,12 +683,22 @@ class NpuSimAllReduceOp : public OpKernel {
            count * static_cast<int64_t>(sizeof(T)) >= g_shared.min_bytes;
   }
 
-  // comm._shared_allreduce, step for step: the same chunks, shares, order of additions and scaling
-  Status SharedExchange(const OpInputList& values, const std::vector<int64_t>& offsets, T* receive, int64_t count,
-                        int64_t bytes, int64_t signature, T factor) {
+  // comm._shared_allreduce, step for step: the same chunks, shares, order of additions and scaling.
+  // The results go to a shared region when every rank holds nothing of it (SharedRegion: no
+  // copy-out), else to this rank's recycled buffer, copied out of the slots as there.
+  Status SharedExchange(const OpInputList& values, const std::vector<int64_t>& offsets, int64_t count,
+                        int64_t bytes, int64_t signature, T factor, Tensor* fused) {
     InCollective collective(kAllReduce);
-    TF_RETURN_IF_ERROR(Agree(kAllReduce, op_code_, 0, bytes, signature, collective.sequence()));
+    const int64_t result_bytes = count * static_cast<int64_t>(sizeof(T));
+    int64_t consensus = 0, free_shared = -1;
+    TF_RETURN_IF_ERROR(Agree(kAllReduce, op_code_, 0, bytes, signature, collective.sequence(),
+                             RegionOffer(result_bytes), &consensus, &free_shared));
     TF_RETURN_IF_ERROR(SharedSlots());
+    SharedRegion* region = nullptr;
+    if (!g_shared.slots.empty()) TF_RETURN_IF_ERROR(RegionFor(consensus, free_shared, result_bytes, &region));
+    *fused = region != nullptr ? Tensor(DataTypeToEnum<T>::value, TensorShape({count}), region)
+                               : results_.Free(DataTypeToEnum<T>::value, count);
+    T* receive = fused->flat<T>().data();
     if (g_shared.slots.empty()) {  // /dev/shm had no room, on some rank: all of them sum through MPI
       Fuse(values, offsets, receive, factor == T(0) ? T(1) : factor);
       if (g_mpi.allreduce(g_mpi.in_place, receive, static_cast<int>(count), MpiType<T>(), g_mpi.sum, g_mpi.comm) != 0) {
@@ -594,27 +715,32 @@ class NpuSimAllReduceOp : public OpKernel {
     std::vector<int> counts, displacements;
     for (int64_t start = 0; start < count; start += chunk) {
       const int64_t n = std::min(chunk, count - start);
-      if (start > 0) TF_RETURN_IF_ERROR(SharedBarrier(collective.sequence()));
+      // no slot is refilled before every rank copied it out (a region's sums read the slots only
+      // before the barrier after them)
+      if (start > 0 && region == nullptr) TF_RETURN_IF_ERROR(SharedBarrier(collective.sequence()));
       FuseRange(values, offsets, start, n, slots[me], factor == T(0) ? T(1) : factor);
       TF_RETURN_IF_ERROR(SharedBarrier(collective.sequence()));
       Shares(n, &counts, &displacements);
-      SumShare(slots, displacements[me], counts[me]);
-      if (factor == T(0) && std::is_floating_point<T>::value) Rescale(slots[me] + displacements[me], counts[me]);
+      T* share = (region != nullptr ? receive + start : slots[me]) + displacements[me];
+      SumShare(slots, displacements[me], counts[me], share);
+      if (factor == T(0) && std::is_floating_point<T>::value) Rescale(share, counts[me]);
       TF_RETURN_IF_ERROR(SharedBarrier(collective.sequence()));
+      if (region != nullptr) continue;
       for (int r = 0; r < g_mpi.size; ++r) {
         std::memcpy(receive + start + displacements[r], slots[r] + displacements[r], counts[r] * sizeof(T));
       }
     }
     g_shared_sums.fetch_add(1);
+    if (region != nullptr) g_region_sums.fetch_add(1);
     return OkStatus();
   }
 
-  // slot[me][from:from + n] = slot[0] + slot[1] + ... (rank order, as numpy's np.add then +=), a
-  // block at a time: every input element is read before its place in this rank's slot is written
-  static void SumShare(const std::vector<T*>& slots, int64_t from, int64_t n) {
+  // out[0:n] = slot[0][from:from + n] + slot[1][...] + ... (rank order, as numpy's np.add then +=),
+  // a block at a time: every input element is read before its place is written (`out` may be this
+  // rank's own slot)
+  static void SumShare(const std::vector<T*>& slots, int64_t from, int64_t n, T* out) {
     constexpr int64_t kBlock = 2048;
     T total[kBlock];
-    T* out = slots[g_mpi.rank] + from;
     for (int64_t b = 0; b < n; b += kBlock) {
       const int64_t m = std::min(kBlock, n - b);
       const T* first = slots[0] + from + b;

@@ -91,7 +91,8 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.npu_sim_configure_shared.restype = None
     lib.npu_sim_shared_slots.argtypes = [ctypes.c_void_p]
     lib.npu_sim_shared_slots.restype = ctypes.c_int64
-    lib.npu_sim_shared_sums.restype = ctypes.c_int64
+    for name in ("npu_sim_shared_sums", "npu_sim_region_sums", "npu_sim_regions"):
+        getattr(lib, name).restype = ctypes.c_int64
     lib.npu_sim_shared_slot_bytes.restype = ctypes.c_int64
     for name in ("npu_sim_next_sequence", "npu_sim_current", "npu_sim_completed"):
         getattr(lib, name).restype = ctypes.c_int64

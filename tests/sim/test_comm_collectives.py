@@ -682,6 +682,80 @@ def test_without_the_native_kernel_large_sums_still_go_through_shared_memory(tmp
         assert r["native_sums"] is None and r["numpy_sums"] == 6, r  # graph calls took the numpy path too
 
 
+SHARED_RESULTS = """
+import numpy as np
+import tensorflow as tf
+from npu_migrate_nb.sim import comm
+
+comm.init()
+me, n = comm.rank(), comm.size()
+result["rank"] = me
+lib = comm._native.lib
+sizes = [300001, 7, 70001]  # 1.5 MB of float32 through 256 KB slots: chunks, a tensor across their ends
+base = [np.arange(s, dtype=np.float32) % 1000 for s in sizes]
+
+def values(call):  # rank- and call-dependent, exact in float32
+    return [b * np.float32(me + 1) + np.float32(call) for b in base]
+
+def expected(call, divisor=1):
+    return [(b * np.float32(n * (n + 1) // 2) + np.float32(n * call)) / np.float32(divisor) for b in base]
+
+step = tf.function(lambda xs: comm.all_reduce(list(xs), op="sum"))
+doubled = tf.function(lambda xs: [t * 2.0 for t in comm.all_reduce(list(xs), op="sum")])
+mean = tf.function(lambda xs: comm.all_reduce(list(xs), op="sum", divisor=n))
+
+def run(function, call):
+    return function([tf.constant(v) for v in values(call)])
+
+def exact(tensors, arrays):
+    return all(np.array_equal(t.numpy(), a) for t, a in zip(tensors, arrays))
+
+trace = []
+def note(label):
+    trace.append([label, int(lib.npu_sim_shared_sums()), int(lib.npu_sim_region_sums()), int(lib.npu_sim_regions())])
+
+ok = exact(run(step, 1), expected(1)); note("first: sizes the slots, copies out")
+ok &= exact(run(step, 2), expected(2)); note("region 0, released")
+held = run(step, 3); note("region 0, held")
+ok &= exact(run(step, 4), expected(4)); note("region 0 busy: region 1")
+held_too = run(step, 5); note("region 1, held")
+ok &= exact(run(step, 6), expected(6)); note("both busy: copies out")
+result["held_kept"] = exact(held, expected(3)) and exact(held_too, expected(5))  # never written again
+del held, held_too
+ok &= exact(run(step, 7), expected(7)); note("released: region 0 again")
+# held on one rank only: no rank may write that region (rank 0 offers it no more)
+kept = run(step, 8) if me == 0 else None
+if me != 0:
+    run(step, 8)
+note("region 0; rank 0 holds it")
+ok &= exact(run(step, 9), expected(9)); note("region 1 on every rank")
+result["one_rank_held_kept"] = me != 0 or exact(kept, expected(8))
+del kept
+# an op consuming the outputs never writes into the region (its buffer is never forwarded)
+result["consumer"] = all(exact(run(doubled, 10), [e * np.float32(2) for e in expected(10)]) for _ in range(3))
+result["mean"] = exact(run(mean, 11), expected(11, divisor=n))
+result["exact"] = bool(ok)
+result["trace"] = trace
+emit()
+"""
+
+
+@pytest.mark.sim
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_large_sums_land_in_a_shared_region_written_again_only_once_every_rank_let_go(tmp_path, ranks):
+    """The results of a large sum are slices of one region every rank shares, no copy-out; a region
+    that any rank still holds an output of is not written: another is made (two at most), then the
+    results are copied out as before; what a rank held keeps its values."""
+    env = {"NPU_SIM_SHARED_MIN_BYTES": "65536", "NPU_SIM_SHARED_SLOT_BYTES": str(256 * 1024)}
+    done, results = run_script(tmp_path, SHARED_RESULTS, ranks=ranks, timeout=300, env=env)
+    for r in _by_rank(done, results, ranks):
+        assert r["exact"] and r["held_kept"] and r["one_rank_held_kept"], r
+        assert r["consumer"] and r["mean"], r
+        # [label, shared sums, of them through a region, regions made]
+        assert [row[1:] for row in r["trace"]] == [
+            [1, 0, 0], [2, 1, 1], [3, 2, 1], [4, 3, 2], [5, 4, 2], [6, 4, 2], [7, 5, 2], [8, 6, 2], [9, 7, 2]], r
+
+
 @pytest.mark.parametrize("factor", [None, 0.5])
 @pytest.mark.parametrize("chunk", [16, 48, 1000])
 def test_the_fused_buffer_assembled_chunk_by_chunk_is_the_fused_buffer(factor, chunk):
