@@ -340,6 +340,24 @@ Status SharedBarrier(int64_t sequence) {
   return OkStatus();
 }
 
+// A tensor buffer over memory TensorBuffer does not own (a shared window, an arena), with a
+// reference count of its own as TensorFlow's buffers have: RefCountIsOne means no tensor uses it.
+class ExternalBuffer : public TensorBuffer {
+ public:
+  ExternalBuffer(void* data, int64_t bytes, const char* allocator)
+      : TensorBuffer(data), bytes_(bytes), allocator_(allocator) {}
+  size_t size() const override { return bytes_; }
+  TensorBuffer* root_buffer() override { return this; }
+  void FillAllocationDescription(AllocationDescription* proto) const override {
+    proto->set_requested_bytes(bytes_);
+    proto->set_allocator_name(allocator_);
+  }
+
+ private:
+  const int64_t bytes_;
+  const char* const allocator_;
+};
+
 // The results of large sums, shared by every rank: each rank writes its share of the sum into one
 // region that all ranks' outputs are slices of, instead of every rank copying every share out of
 // the slots into a buffer of its own (at 8 ranks, 40% of the sum's memory traffic, and a result
@@ -349,18 +367,9 @@ Status SharedBarrier(int64_t sequence) {
 // buffer keeps one reference of ours, so an output is never taken over by an op that writes in
 // place (TensorFlow forwards a buffer only when its root has one reference), and a region is free
 // here when that reference is the only one left.
-class SharedRegion : public TensorBuffer {
+class SharedRegion : public ExternalBuffer {
  public:
-  SharedRegion(void* data, int64_t bytes) : TensorBuffer(data), bytes_(bytes) {}
-  size_t size() const override { return bytes_; }
-  TensorBuffer* root_buffer() override { return this; }
-  void FillAllocationDescription(AllocationDescription* proto) const override {
-    proto->set_requested_bytes(bytes_);
-    proto->set_allocator_name("npu_sim_shared_results");
-  }
-
- private:
-  const int64_t bytes_;
+  SharedRegion(void* data, int64_t bytes) : ExternalBuffer(data, bytes, "npu_sim_shared_results") {}
 };
 
 const int kRegions = 2;  // a step's results and the next step's, or two models' (a GAN's)
@@ -916,20 +925,13 @@ struct Arena {
 // A variable's buffer inside an arena, with its own reference count: an update in place
 // (PrepareToUpdateVariable asks RefCountIsOne) and a read still held work as on TensorFlow's own
 // buffers. The arena is freed with the last of its variables' buffers.
-class ArenaSlice : public TensorBuffer {
+class ArenaSlice : public ExternalBuffer {
  public:
   ArenaSlice(std::shared_ptr<const Arena> arena, int64_t offset, int64_t bytes)
-      : TensorBuffer(arena->base() + offset), arena_(std::move(arena)), bytes_(bytes) {}
-  size_t size() const override { return bytes_; }
-  TensorBuffer* root_buffer() override { return this; }
-  void FillAllocationDescription(AllocationDescription* proto) const override {
-    proto->set_requested_bytes(bytes_);
-    proto->set_allocator_name("npu_sim_broadcast_arena");
-  }
+      : ExternalBuffer(arena->base() + offset, bytes, "npu_sim_broadcast_arena"), arena_(std::move(arena)) {}
 
  private:
   const std::shared_ptr<const Arena> arena_;
-  const int64_t bytes_;
 };
 
 // npu.distribute.broadcast of resource variables: each variable receives root's value in place,
