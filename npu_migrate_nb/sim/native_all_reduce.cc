@@ -237,13 +237,14 @@ int64_t FreeSharedMemory() {
 // comm._agree: all-gather the descriptor; every rank fails with the same message if ranks differ.
 // Two more fields ride along, not compared: what this rank offers for the call's results
 // (RegionOffer; every rank gets the AND of all offers in `consensus`) and the bytes /dev/shm has
-// free here (every rank gets the ranks' minimum in `free_shared`; -1 unknown or not asked).
+// free here (`free_shared`: this rank's figure in, -1 when it did not measure; the ranks' minimum of
+// the measured ones out).
 const int kDescriptor = 8;  // comm._DESCRIPTOR
 
 Status Agree(int64_t kind, int64_t op, int64_t root, int64_t bytes, int64_t signature, int64_t sequence,
              int64_t offer = 0, int64_t* consensus = nullptr, int64_t* free_shared = nullptr) {
   int64_t mine[kDescriptor] = {kind, op, root, bytes, signature, sequence, offer,
-                               free_shared != nullptr ? FreeSharedMemory() : -1};
+                               free_shared != nullptr ? *free_shared : -1};
   std::vector<int64_t> everyone(kDescriptor * g_mpi.size);
   int request = 0;
   if (g_mpi.iallgather(mine, kDescriptor, g_mpi.int64_type, everyone.data(), kDescriptor, g_mpi.int64_type,
@@ -699,9 +700,12 @@ class NpuSimAllReduceOp : public OpKernel {
                         int64_t bytes, int64_t signature, T factor, Tensor* fused) {
     InCollective collective(kAllReduce);
     const int64_t result_bytes = count * static_cast<int64_t>(sizeof(T));
-    int64_t consensus = 0, free_shared = -1;
-    TF_RETURN_IF_ERROR(Agree(kAllReduce, op_code_, 0, bytes, signature, collective.sequence(),
-                             RegionOffer(result_bytes), &consensus, &free_shared));
+    const int64_t offer = RegionOffer(result_bytes);
+    // /dev/shm measured only while a region may still be made (every rank the same: they are made in
+    // step), not at every step
+    int64_t consensus = 0, free_shared = (offer >> kRegions) != 0 ? FreeSharedMemory() : -1;
+    TF_RETURN_IF_ERROR(Agree(kAllReduce, op_code_, 0, bytes, signature, collective.sequence(), offer,
+                             &consensus, &free_shared));
     TF_RETURN_IF_ERROR(SharedSlots());
     SharedRegion* region = nullptr;
     if (!g_shared.slots.empty()) TF_RETURN_IF_ERROR(RegionFor(consensus, free_shared, result_bytes, &region));

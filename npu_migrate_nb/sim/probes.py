@@ -804,14 +804,14 @@ class _LoopTracker:
         self._dirty = True
         self._steps += 1
         self._uncounted_steps += 0 if counted else 1
-        read = arrays if callable(arrays) else lambda: arrays
+        kept = None if callable(arrays) else arrays
+        read = arrays if kept is None else lambda: kept
         if not self._started:
             self._started = True
             record_weights("start", "optimizer step", [v.name for v in variables], read())
         elif self._steps == OBSERVED_STEPS:  # the last step a TF2 function lets the probe see
             record_weights("step1", "optimizer step", [v.name for v in variables], read())
-        self._latest_variables = list(variables)
-        self._latest_arrays = None if callable(arrays) else arrays
+        self._latest_variables, self._latest_arrays = list(variables), kept
 
     def record_end_values(self) -> None:
         # TF2 functions call on_step only for the first steps: the counter tells a later cell trained
