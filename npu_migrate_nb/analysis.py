@@ -16,6 +16,7 @@ from .findings import STEPS, CellError, Finding, sort_key, unique
 from .notebook import Notebook
 from .modules import ProjectModules, project_modules
 from .ranks import has_rank_shard
+from .tf_mode import TF2, Mode, tensorflow_mode
 
 
 BROADCAST_STYLES = ("hooks-append", "hook")
@@ -52,6 +53,13 @@ class Analysis:
     python: bool = True
     reasons: Dict[str, str] = field(default_factory=dict)  # step -> why it is not-applicable or unknown
     context: Optional["Context"] = field(default=None, repr=False, compare=False)
+    # Which TensorFlow the code is written for (tf_mode.py): the adapter follows it, and the simulator
+    # runs its ranks in it.
+    mode: Mode = field(default=Mode(TF2, "not a Python notebook"), compare=False)
+
+    @property
+    def tf1(self) -> bool:
+        return self.mode.tf1
 
     @property
     def problems(self) -> List[Finding]:
@@ -64,6 +72,8 @@ class Analysis:
             "language": self.language,
             "framework": self.framework,
             "adapter": self.adapter,
+            "mode": self.mode.name,
+            "mode_reason": self.mode.reason,
             "steps": dict(self.steps),
             "reasons": dict(self.reasons),
             "findings": [finding.to_json() for finding in self.findings],
@@ -81,8 +91,9 @@ class Context:
         self.module_at = self.modules.by_index()  # cell index -> the project module read as that cell
         self.frameworks = _frameworks(facts)
         self.framework = _framework_name(self.frameworks)
-        self.adapter = _adapter(facts, self.frameworks)
-        self.tf1 = self.adapter == "npu_bridge"
+        self.mode = tensorflow_mode(facts, self.frameworks)
+        self.tf1 = self.mode.tf1
+        self.adapter = _adapter(facts, self.frameworks, self.mode)
         self.steps = _steps(facts, self)
         self.reasons: Dict[str, str] = {}
         if self.framework == "none":
@@ -133,7 +144,7 @@ def analyze(notebook: Notebook, options: Optional[Options] = None) -> Analysis:
     errors = [CellError(index, *cell.error) for index, cell in facts.unreadable]
     return Analysis(
         notebook.path, notebook.language, context.framework, context.adapter, context.steps, findings, errors,
-        reasons=context.reasons, context=context,
+        reasons=context.reasons, context=context, mode=context.mode,
     )
 
 
@@ -217,12 +228,14 @@ def _framework_name(frameworks: List[str]) -> str:
     return frameworks[0] if len(frameworks) == 1 else "mixed"
 
 
-def _adapter(facts: NotebookFacts, frameworks: List[str]) -> Optional[str]:
+def _adapter(facts: NotebookFacts, frameworks: List[str], mode: Mode) -> Optional[str]:
+    """The adapter the notebook imports, else the one of its TensorFlow: TF1 code runs on TensorFlow 1.15
+    with ``npu_bridge``, TF2 code with ``npu_device``."""
     if facts.imports_module("npu_device"):
         return "npu_device"
     if facts.imports_module("npu_bridge") or facts.imports_module("hccl"):
         return "npu_bridge"
-    if "tensorflow.compat.v1" in facts.aliases.values() or any(facts.calls_to(*K.TF1_IDIOMS)):
+    if mode.tf1:
         return "npu_bridge"
     return "npu_device" if frameworks or facts.imports_module("tensorflow") else None
 

@@ -143,23 +143,31 @@ TF2_BROADCAST_CALLBACKS = frozenset(
     }
 )
 
-# Markers of TF1 idioms (graph mode, sessions); they select the ``npu_bridge`` adapter.
-TF1_IDIOMS = frozenset(
-    {
-        "tensorflow.Session",
-        "tensorflow.InteractiveSession",
-        "tensorflow.placeholder",
-        "tensorflow.train.MonitoredTrainingSession",
-        "tensorflow.global_variables_initializer",
-        "tensorflow.train.get_global_step",
-        "tensorflow.train.get_or_create_global_step",
-        "tensorflow.layers.dense",
-        "tensorflow.layers.conv2d",
-        "tensorflow.disable_v2_behavior",
-        "tensorflow.disable_eager_execution",
-    }
-) | TF1_OPTIMIZERS | ESTIMATORS
-
+# --- TensorFlow 1 or 2 (tf_mode.py)
+# Calls that turn TensorFlow 2 behaviour off or on for the whole program.
+TF2_BEHAVIOUR_OFF = frozenset(
+    {"tensorflow.disable_v2_behavior", "tensorflow.disable_eager_execution", "npu_device.compat.enable_v1"}
+)
+TF2_BEHAVIOUR_ON = frozenset({"tensorflow.enable_eager_execution", "tensorflow.enable_v2_behavior"})
+# Names of TensorFlow 1's ``tensorflow`` module that TensorFlow 2's has only as ``tf.compat.v1.X``, as
+# written through ``import tensorflow`` (not canonical names: ``tensorflow.compat.v1.Session`` is fine).
+TF1_ONLY_CALLS = frozenset(
+    "tensorflow." + name
+    for name in (
+        "Session", "InteractiveSession", "placeholder", "placeholder_with_default", "get_variable",
+        "variable_scope", "global_variables_initializer", "local_variables_initializer",
+        "initialize_all_variables", "tables_initializer", "get_default_graph", "reset_default_graph",
+        "set_random_seed", "random_normal", "random_uniform", "truncated_normal", "to_float", "to_int32",
+        "to_int64", "log", "trainable_variables", "global_variables", "assign", "assign_add", "Print",
+        "py_func", "sparse_placeholder", "get_collection", "add_to_collection", "global_norm",
+        "train.get_global_step", "train.get_or_create_global_step", "train.Saver", "train.MonitoredTrainingSession",
+        "train.SessionRunHook", "train.StopAtStepHook", "train.LoggingTensorHook", "train.exponential_decay",
+        "summary.FileWriter", "summary.merge_all", "losses.softmax_cross_entropy",
+        "losses.sparse_softmax_cross_entropy", "nn.softmax_cross_entropy_with_logits_v2",
+    )
+) | frozenset(name for name in TF1_OPTIMIZERS)
+TF1_ONLY_MODULES = ("tensorflow.layers.", "tensorflow.contrib.", "tensorflow.logging.", "tensorflow.gfile.",
+                    "tensorflow.app.", "tensorflow.nn.rnn_cell.", "tensorflow.estimator.inputs.")
 # Per-rank quantities, as the vendor's guide writes them. They run unchanged on one card.
 RANK_SIZE_EXPR = "int(os.getenv('RANK_SIZE', '1'))"
 RANK_ID_EXPR = "int(os.getenv('RANK_ID', '0'))"

@@ -32,7 +32,8 @@ def summary_lines(analysis: Analysis) -> List[str]:
     if not analysis.python:
         return [f"{analysis.path}: not a Python notebook ({analysis.language}); nothing analyzed"]
     adapter = analysis.adapter or "none"
-    lines = [f"{analysis.path}: framework {analysis.framework}, adapter {adapter}"]
+    version = "TensorFlow 1" if analysis.tf1 else "TensorFlow 2"
+    lines = [f"{analysis.path}: framework {analysis.framework}, adapter {adapter}, {version} ({analysis.mode.reason})"]
     for step in STEPS:
         status = analysis.steps[step]
         reason = analysis.reasons.get(step)

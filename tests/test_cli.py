@@ -26,7 +26,7 @@ def test_text_report_is_one_line_per_finding_then_the_steps(capsys):
     lines = out.strip().splitlines()
     findings = [line for line in lines if LINE.match(line)]
     assert len(findings) == 3 and all(LINE.match(line)["path"] == path for line in findings)
-    assert lines[len(findings)] == f"{path}: framework keras, adapter npu_device"
+    assert lines[len(findings)] == f"{path}: framework keras, adapter npu_device, TensorFlow 2 (no TensorFlow 1-only API in the code)"
     assert [" ".join(line.split(":")[0].split()) for line in lines[-3:]] == ["MISSING variable broadcast (变量广播)",
                                                                   "MISSING gradient aggregation (梯度聚合)",
                                                                   "MISSING dataset sharding (数据集分片)"]
@@ -37,7 +37,9 @@ def test_json_report_schema(capsys):
     code, out, _ = run(["check", path, "--format", "json"], capsys)
     report = json.loads(out)
     assert code == 1
-    assert set(report) == {"path", "language", "framework", "adapter", "steps", "reasons", "findings", "errors"}
+    assert set(report) == {"path", "language", "framework", "adapter", "mode", "mode_reason", "steps", "reasons",
+                           "findings", "errors"}
+    assert report["mode"] == "tf2" and report["mode_reason"]
     assert report["framework"] == "custom-loop" and report["adapter"] == "npu_device"
     assert report["steps"] == {"broadcast": "missing", "allreduce": "missing", "shard": "missing"}
     for finding in report["findings"]:

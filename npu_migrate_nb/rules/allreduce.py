@@ -393,7 +393,8 @@ class MissingAllreduce(Rule):
             "    train_loss = agent.train(experience).loss\n",
             adapter="npu_device",
         ),
-        # TF-Agents with a tf.compat.v1 optimizer (the TF1 adapter): wrapped where it is created.
+        # TF-Agents with a tf.compat.v1 optimizer: the agent trains eagerly (TF2) and applies its tape's
+        # gradients, so the TF2 wrapper all-reduces them (the TF1 one patches compute_gradients, unused here).
         Example(
             "import tensorflow as tf\n"
             "from tf_agents.bandits.agents import ranking_agent\n"
@@ -402,16 +403,17 @@ class MissingAllreduce(Rule):
             "for _ in range(100):\n"
             "    driver.run()\n"
             "    loss_info = agent.train(replay_buffer.gather_all())\n",
-            "from npu_bridge.npu_init import *\n"
             "import tensorflow as tf\n"
+            "import npu_device as npu\n"
+            "npu.open().as_default()\n"
             "from tf_agents.bandits.agents import ranking_agent\n"
             "agent = ranking_agent.RankingAgent(time_step_spec=time_step_spec, action_spec=action_spec,\n"
-            "    scoring_network=scoring_network, "
-            "optimizer=npu_distributed_optimizer_wrapper(tf.compat.v1.train.AdamOptimizer(learning_rate=0.05)))\n"
+            "    scoring_network=scoring_network, optimizer=npu.distribute.npu_distributed_keras_optimizer_wrapper("
+            "tf.compat.v1.train.AdamOptimizer(learning_rate=0.05)))\n"
             "for _ in range(100):\n"
             "    driver.run()\n"
             "    loss_info = agent.train(replay_buffer.gather_all())\n",
-            adapter="npu_bridge",
+            adapter="npu_device",
         ),
     ]
 

@@ -1,0 +1,135 @@
+"""Which TensorFlow a notebook's code is written for: TensorFlow 1 (graph mode, the ``npu_bridge``
+adapter on TensorFlow 1.15) or TensorFlow 2 (eager, ``npu_device``), and why, in one place.
+
+The analysis picks the adapter from it, ``fix`` the APIs it inserts, and the simulator the mode its
+ranks run in (TF1: ``tf.compat.v1.disable_v2_behavior()`` and ``import tensorflow`` giving
+``tf.compat.v1``, as TensorFlow 1.15 behaves). In order:
+
+1. the notebook turns TensorFlow 2 behaviour off itself (``disable_v2_behavior``,
+   ``disable_eager_execution``, the TF2 adapter's ``npu.compat.enable_v1()``): TF1;
+2. it turns eager execution on itself (``enable_eager_execution``): TF2 behaviour;
+3. it calls, through ``import tensorflow``, a name that exists only in TensorFlow 1 (``tf.Session``,
+   ``tf.placeholder``, ``tf.train.AdamOptimizer``, ``tf.layers``, ``tf.contrib``): TF1;
+4. it imports TensorFlow only as ``tensorflow.compat.v1`` and calls TF1's API with it (sessions,
+   placeholders, ``tf.train`` optimizers), which TensorFlow 2 runs only in graph mode: TF1 (beside a
+   plain ``import tensorflow``, as TensorFlow's migration guides write, it is a compat.v1 part);
+5. it imports the TF1 adapter (``npu_bridge``, as the vendor's tool leaves TF1 scripts): TF1;
+6. it trains only Estimators, with no eager-only code (``.numpy()``): TF1, where Ascend runs
+   Estimators (the TF1 adapter's NPUEstimator and hooks, on TensorFlow 1.15);
+7. otherwise TF2; a ``tf.compat.v1`` part (an Estimator, a ``tf.compat.v1.Session`` under
+   ``tf.Graph().as_default()``) runs in graph mode inside it, as TensorFlow 2 runs it.
+
+Every reason names the call and its cell, so that a person can see why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Optional, Tuple
+
+from . import knowledge as K
+from .facts import CallSite, CellFacts, NotebookFacts
+
+TF1, TF2 = "tf1", "tf2"
+
+
+@dataclass(frozen=True)
+class Mode:
+    name: str  # TF1 | TF2
+    reason: str  # why, for a person
+    cell: Optional[int] = None  # the cell of the call that decided, if one did
+
+    @property
+    def tf1(self) -> bool:
+        return self.name == TF1
+
+
+def tensorflow_mode(facts: NotebookFacts, frameworks=()) -> Mode:
+    """``frameworks``: what the notebook trains with (analysis: "estimator", "keras", ...)."""
+    found = _first(facts, facts.calls_to(*K.TF2_BEHAVIOUR_OFF))
+    if found:
+        cell, site = found
+        return Mode(TF1, f"the notebook turns TensorFlow 2 behaviour off itself ({_callee(site)}(), cell {cell})", cell)
+    found = _first(facts, facts.calls_to(*K.TF2_BEHAVIOUR_ON))
+    if found:
+        cell, site = found
+        return Mode(TF2, f"the notebook turns eager execution on itself ({_callee(site)}(), cell {cell})", cell)
+    found = _first(facts, _tf1_only_calls(facts))
+    if found:
+        cell, site = found
+        return Mode(TF1, f"{_callee(site)} (cell {cell}) exists only in TensorFlow 1: TF1 code, run in graph mode", cell)
+    found = _first(facts, _tf1_calls_of_a_v1_only_notebook(facts))
+    if found:
+        cell, site = found
+        return Mode(TF1, f"it imports TensorFlow only as tensorflow.compat.v1 and calls TF1's API with it "
+                         f"({_callee(site)}, cell {cell}), which runs only in graph mode", cell)
+    if facts.imports_module("npu_bridge") and not facts.imports_module("npu_device"):
+        return Mode(TF1, "it imports the TF1 adapter (npu_bridge)")
+    if list(frameworks) == ["estimator"]:
+        eager = _first(facts, facts.calls("numpy"))
+        if eager is None:
+            return Mode(TF1, "it trains only Estimators, which Ascend runs with the TF1 adapter (TensorFlow 1.15)")
+        cell, site = eager
+        return Mode(TF2, f"it trains Estimators and has eager-only code ({_callee(site)}(), cell {cell})", cell)
+    found = _first(facts, _compat_v1_calls(facts))
+    if found:
+        cell, site = found
+        return Mode(TF2, f"TF2 code with tf.compat.v1 parts ({_callee(site)}, cell {cell}), which TensorFlow 2 runs "
+                         "as they are (in graph mode where they build a graph)", cell)
+    return Mode(TF2, "no TensorFlow 1-only API in the code")
+
+
+def _first(facts: NotebookFacts, found: Iterator[Tuple[int, CellFacts, CallSite]]) -> Optional[Tuple[int, CallSite]]:
+    """The first of ``found`` in notebook order, in the notebook's own cells (its modules do not
+    decide its mode)."""
+    own = {index for index, _ in facts.notebook_cells}
+    first = min(((cell, site.node.lineno, site.node.col_offset, id(site), site) for cell, _, site in found
+                 if cell in own), default=None)
+    return None if first is None else (first[0], first[-1])
+
+
+def _callee(site: CallSite) -> str:
+    return site.dotted or f"...{site.method}"
+
+
+def _written(facts: NotebookFacts, site: CallSite) -> str:
+    """The callee as written, its alias expanded but not made canonical: ``tensorflow.compat.v1.Session``
+    stays itself, where the analysis' canonical names read ``tensorflow.Session`` for both."""
+    head, _, rest = (site.dotted or "").partition(".")
+    module = facts.aliases.get(head)
+    if module is None:
+        return site.dotted or ""
+    return module + ("." + rest if rest else "")
+
+
+def _tf1_only_calls(facts: NotebookFacts):
+    methods = {name.rsplit(".", 1)[-1] for name in K.TF1_ONLY_CALLS}
+    for cell, cell_facts, site in facts.calls(*methods):
+        if _written(facts, site) in K.TF1_ONLY_CALLS:
+            yield cell, cell_facts, site
+    for module in K.TF1_ONLY_MODULES:
+        word = module.rstrip(".").rsplit(".", 1)[-1]
+        for cell, cell_facts, site in facts.all_calls(mentioning=word):
+            if _written(facts, site).startswith(module):
+                yield cell, cell_facts, site
+
+
+def _tf1_calls_of_a_v1_only_notebook(facts: NotebookFacts):
+    modules = set(facts.aliases.values())
+    if "tensorflow.compat.v1" not in modules or "tensorflow" in modules:
+        return
+    methods = {name.rsplit(".", 1)[-1] for name in K.TF1_ONLY_CALLS}
+    for cell, cell_facts, site in facts.calls(*methods):
+        if _written(facts, site).startswith("tensorflow.compat.v1.") and facts.resolve(site.dotted) in K.TF1_ONLY_CALLS:
+            yield cell, cell_facts, site
+
+
+def _compat_v1_calls(facts: NotebookFacts):
+    for cell, cell_facts, site in facts.all_calls(mentioning="compat"):
+        if _written(facts, site).startswith("tensorflow.compat.v1."):
+            yield cell, cell_facts, site
+    for local, module in facts.aliases.items():
+        if module == "tensorflow.compat.v1":
+            for cell, cell_facts, site in facts.all_calls(mentioning=local):
+                if (site.dotted or "").startswith(local + "."):
+                    yield cell, cell_facts, site
