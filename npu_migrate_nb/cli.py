@@ -52,6 +52,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--profile", metavar="NAME", help="use an existing ipyparallel profile (MPI, Slurm, SSH...)"
     )
+    run.add_argument(
+        "--no-one-card", action="store_true",
+        help="when a cell fails on the ranks, do not rerun the cells up to it on one card to tell whether "
+        "the failure comes from the distributed run",
+    )
     export = commands.add_parser(
         "export", help="write the notebook as a multi-card job: train.py, run_distributed.sh, README.md"
     )

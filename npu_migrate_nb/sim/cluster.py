@@ -29,7 +29,7 @@ import tempfile
 import threading
 import time
 import weakref
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import psutil
 
@@ -77,7 +77,11 @@ class Cluster:
         tf1: bool = False,
         seed: int = 1000,
         startup_timeout: float = DEFAULT_STARTUP_TIMEOUT,
+        setup: Optional[Callable[["Cluster"], None]] = None,
     ):
+        """``setup(cluster)``: called once the ranks are up, before any cell, on every start (a
+        program that runs notebooks in a prepared environment, such as the corpus benchmark's
+        offline datasets; the single-card runs started from this cluster's settings get it too)."""
         if engines != "mpi" and profile is None:
             raise ValueError("only MPI engines are launched locally; pass profile= for other launchers")
         if n < 1:
@@ -87,6 +91,7 @@ class Cluster:
         self.tf1 = tf1
         self.seed = seed
         self.startup_timeout = startup_timeout
+        self.setup = setup
         self.job_id = str(10000 + os.getpid() % 50000)
         self.state_dir: Optional[str] = None
         self.rank_table_path: Optional[str] = None
@@ -102,6 +107,10 @@ class Cluster:
         self._death_watch: Optional[_DeathWatch] = None
         self._shared_memory: List[str] = []
         self._watchdog = None  # stops the cluster if this process dies without stopping it
+
+    def with_ranks(self, n: int) -> "Cluster":
+        """A new local cluster of ``n`` ranks with this one's settings (mode, seeds, setup)."""
+        return Cluster(n=n, tf1=self.tf1, seed=self.seed, startup_timeout=self.startup_timeout, setup=self.setup)
 
     # ------------------------------------------------------------------------------- lifecycle
 
@@ -127,6 +136,8 @@ class Cluster:
                 else:
                     self._start_local_mpi()
                 self._learn_ranks()
+            if self.setup is not None:
+                self.setup(self)
         except BaseException:
             self.stop()
             raise

@@ -34,6 +34,7 @@ from ..notebook import InputError, Notebook, load
 from . import checks as checks_module
 from .cluster import Cluster, ClusterError
 from .engine import progress_path
+from .one_card import OneCard, bound_for, rerun_on_one_card
 
 EXIT_OK, EXIT_FAILED, EXIT_INPUT = 0, 1, 2
 POLL_SECONDS = 0.05
@@ -80,6 +81,12 @@ class RunResult:
     tf1: bool = False
     # Whether N ranks reach one card's weights (``--compare-single-card``); None: not run.
     single_card: Optional[checks_module.Check] = None
+    # Whether the cell that failed on the ranks fails on one card too; None: no cell failed (or not asked).
+    one_card: Optional["OneCard"] = None
+
+    @property
+    def failed_cell(self) -> Optional[CellOutcome]:
+        return next((cell for cell in self.cells if cell.status in ("error", "timeout")), None)
 
     @property
     def cells_ok(self) -> bool:
@@ -107,6 +114,7 @@ class RunResult:
             "cells": [cell.to_json() for cell in self.cells],
             "elapsed_s": round(self.elapsed_s, 3),
             "tf1": self.tf1,
+            "one_card": self.one_card.to_json() if self.one_card is not None else None,
         }
 
 
@@ -142,8 +150,7 @@ class Runner:
         """Run every cell on every rank and judge the checks; with ``compare_single_card``, then run
         the notebook on one card too and judge whether the N ranks reproduced its math."""
         started = time.monotonic()
-        self._reset_probes()
-        self._enter_directory(os.path.dirname(os.path.abspath(notebook.path)))
+        self.prepare_for(notebook)
         outcomes = self._run_cells_until_one_fails(notebook)
         result = RunResult(
             ranks=self.cluster.n,
@@ -196,8 +203,7 @@ class Runner:
                 self.cluster.stop()
         if failure is not None:
             return failure
-        single = Cluster(n=1, tf1=self.cluster.tf1, seed=self.cluster.seed,
-                         startup_timeout=self.cluster.startup_timeout)
+        single = self.cluster.with_ranks(1)
         try:
             try:
                 single.start()
@@ -211,6 +217,12 @@ class Runner:
         if failure is not None:
             return failure
         return checks_module.check_single_card(ranks_records, self.cluster.n, single_records.get(0, []))
+
+    def prepare_for(self, notebook: Notebook) -> None:
+        """Before a notebook's first cell: no records, the ranks' seeds as at start, and the
+        notebook's folder as the working directory."""
+        self._reset_probes()
+        self._enter_directory(os.path.dirname(os.path.abspath(notebook.path)))
 
     def evaluate_checks(self) -> Dict[str, checks_module.Check]:
         return checks_module.evaluate(self.records, self.cluster.n)
@@ -594,25 +606,8 @@ def _user_line(stack: str) -> Optional[int]:
 
 
 def detect_tf1(notebook: Notebook) -> bool:
-    """TF1 idioms (tf.Session, tf.layers, tf.train.*Optimizer) per the analyzer, if it is there."""
-    try:
-        from ..analysis import analyze
-    except ImportError:
-        return _looks_like_tf1(notebook)
-    try:
-        return analyze(notebook).adapter == "npu_bridge"
-    except Exception:
-        return _looks_like_tf1(notebook)
-
-
-_TF1_IDIOMS = re.compile(
-    r"\btf\.(Session|placeholder|layers\.|train\.\w+Optimizer|global_variables_initializer|estimator\.Estimator)"
-    r"|\bnpu_bridge\b"
-)
-
-
-def _looks_like_tf1(notebook: Notebook) -> bool:
-    return any(_TF1_IDIOMS.search(cell.source) for cell in notebook.code_cells)
+    """Whether the ranks run in TF1 mode: the analyzer's decision (``tf_mode.py``), the one ``fix`` follows."""
+    return analyze(notebook).tf1
 
 
 def run_command(args) -> int:
@@ -640,6 +635,11 @@ def run_command(args) -> int:
         echo = sys.stderr if json_output else sys.stdout
         runner = Runner(cluster, timeout=args.timeout, echo=echo, errors=sys.stderr)
         result = runner.run_notebook(notebook)
+        failed = result.failed_cell
+        if failed is not None and not getattr(args, "no_one_card", False) and cluster.profile is None:
+            cluster.stop()  # its cores go to the one-card rerun
+            print(f"cell {failed.cell} failed on the ranks: rerunning the cells up to it on one card...", file=sys.stderr)
+            result.one_card = rerun_on_one_card(notebook, failed.cell, cluster, bound_for(result.elapsed_s))
         if getattr(args, "compare_single_card", False):
             # the ranks' cores go to the single-card run once the ranks' comparison run is over
             result.single_card = runner.compare_single_card(notebook, result, stop_ranks=True)
@@ -658,6 +658,8 @@ def render_text(result: RunResult) -> str:
     for cell in result.cells:
         note = f": {cell.message}" if cell.message and cell.status != "skipped" else ""
         lines.append(f"  cell {cell.cell}: {cell.status}{note}")
+    if result.one_card is not None:
+        lines.append(f"  one card: {result.one_card.detail}")
     lines.append("checks:")
     for name, check in result.checks.items():
         lines.append(f"  {name:<10} {check.status:<13} {check.detail}")

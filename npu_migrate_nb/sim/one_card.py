@@ -1,0 +1,117 @@
+"""After a cell fails on the ranks: does it fail on one card too?
+
+A cell that fails on N ranks either fails the same way on one card (a problem of the notebook or of
+this machine, not of the distributed steps) or runs there (the distributed run breaks it: a rank
+waiting in a collective the others skipped, ranks writing the same file, a step only the ranks
+take). :func:`rerun_on_one_card` reruns the cells up to the failed one on a fresh cluster of one rank
+(rank size 1: the adapter's APIs are no-ops, as on one card) within a time bound and says which;
+:class:`OneCardRerun` does it in a thread, so that a notebook door can go on and show the answer
+when it comes.
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+from ..notebook import Notebook
+from .cluster import Cluster, ClusterError
+
+FAILS = "fails"  # fails on one card too: not a distribution problem
+RUNS = "runs"  # runs on one card: the distributed run breaks it
+UNKNOWN = "unknown"  # the rerun could not tell within its bound
+MIN_BOUND_SECONDS = 60.0
+
+
+@dataclass
+class OneCard:
+    cell: int  # the cell that failed on the ranks
+    status: str  # FAILS | RUNS | UNKNOWN
+    detail: str  # one line for a person
+
+    def to_json(self) -> dict:
+        return {"cell": self.cell, "status": self.status, "detail": self.detail}
+
+
+def bound_for(seconds_on_ranks: float) -> float:
+    """How long the rerun may take: twice what the ranks took to reach the failure (one rank gets
+    every core, and does every rank's share), and at least a minute for a cluster to start."""
+    return max(MIN_BOUND_SECONDS, 2.0 * seconds_on_ranks)
+
+
+def rerun_on_one_card(notebook: Notebook, cell: int, like: Cluster, bound: float,
+                      stop: Optional[threading.Event] = None, single: Optional[Cluster] = None) -> OneCard:
+    """Run ``notebook``'s cells up to ``cell`` on one rank with ``like``'s settings (mode, seeds,
+    setup), stopping at the first that fails, within ``bound`` seconds in all. ``single``: the
+    one-rank cluster to use (made from ``like`` when not given); it is stopped on the way out."""
+    from .runner import Runner
+
+    deadline = time.monotonic() + bound
+    single = single or like.with_ranks(1)
+    try:
+        try:
+            single.start()
+        except ClusterError as error:
+            return OneCard(cell, UNKNOWN, f"not known: the one-card rerun could not start ({error})")
+        captured = io.StringIO()
+        runner = Runner(single, echo=captured, errors=captured)
+        runner.prepare_for(notebook)
+        for each in notebook.cells:
+            if each.index > cell:
+                break
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or (stop is not None and stop.is_set()):
+                return _out_of_time(cell, bound)
+            runner.timeout = remaining
+            outcome = runner.run_cell(each.index, each.source, each.cell_type)
+            if outcome.status == "timeout":
+                return _out_of_time(cell, bound)
+            if outcome.status == "error":
+                return OneCard(cell, FAILS, _fails_text(cell, each.index, outcome))
+        return OneCard(cell, RUNS, f"runs on one card: the distributed run breaks it (cells up to {cell} ran "
+                                   "at rank size 1)")
+    finally:
+        single.stop()
+
+
+def _fails_text(cell: int, failed_at: int, outcome) -> str:
+    error = next((rank.error for rank in outcome.ranks if rank.error), None) or outcome.message or "error"
+    lines = [line.strip() for line in error.splitlines() if line.strip()]
+    where = f"cell {failed_at}" if failed_at == cell else f"already at cell {failed_at}"
+    return f"fails on one card too: not a distribution problem ({where}: {lines[-1] if lines else 'error'})"
+
+
+def _out_of_time(cell: int, bound: float) -> OneCard:
+    return OneCard(cell, UNKNOWN, f"not known: the one-card rerun up to cell {cell} did not finish within {bound:.0f} s")
+
+
+class OneCardRerun:
+    """:func:`rerun_on_one_card` in a thread of its own; ``result(wait)`` is its answer once done."""
+
+    def __init__(self, notebook: Notebook, cell: int, like: Cluster, bound: float):
+        self.cell = cell
+        self._stop = threading.Event()
+        self._single = like.with_ranks(1)
+        self._answer: Optional[OneCard] = None
+        self._thread = threading.Thread(target=self._run, args=(notebook, cell, like, bound),
+                                        name="npu-sim-one-card", daemon=True)
+        self._thread.start()
+
+    def _run(self, notebook, cell, like, bound) -> None:
+        try:
+            self._answer = rerun_on_one_card(notebook, cell, like, bound, self._stop, self._single)
+        except Exception as error:  # the answer is a courtesy: never an exception in the door
+            self._answer = OneCard(cell, UNKNOWN, f"not known: the one-card rerun failed ({type(error).__name__}: {error})")
+
+    def result(self, wait: Optional[float] = None) -> Optional[OneCard]:
+        self._thread.join(wait)
+        return self._answer
+
+    def cancel(self) -> None:
+        """Stop the rerun and its rank now (no process is left behind); ``result`` is then UNKNOWN."""
+        self._stop.set()
+        self._single.stop()
+        self._thread.join(10.0)
