@@ -211,6 +211,52 @@ class MissingBroadcast(Rule):
             "for x, y in dataset:\n"
             "    train_step(x, y)\n",
         ),
+        # A subclassed model builds its variables on its first call, inside the training step: broadcast
+        # after the first update (a broadcast before the loop would find none).
+        Example(
+            "import tensorflow as tf\n"
+            "class MyModel(tf.keras.Model):\n"
+            "    def __init__(self):\n"
+            "        super().__init__()\n"
+            "        self.d1 = tf.keras.layers.Dense(10)\n"
+            "    def call(self, x):\n"
+            "        return self.d1(x)\n"
+            "model = MyModel()\n"
+            "optimizer = tf.keras.optimizers.Adam()\n"
+            "# %%\n"
+            "@tf.function\n"
+            "def train_step(x, y):\n"
+            "    with tf.GradientTape() as tape:\n"
+            "        loss = tf.reduce_mean(tf.square(model(x) - y))\n"
+            "    grads = tape.gradient(loss, model.trainable_variables)\n"
+            "    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n"
+            "# %%\n"
+            "for x, y in dataset:\n"
+            "    train_step(x, y)\n",
+            "import tensorflow as tf\n"
+            "import npu_device as npu\n"
+            "npu.open().as_default()\n"
+            "class MyModel(tf.keras.Model):\n"
+            "    def __init__(self):\n"
+            "        super().__init__()\n"
+            "        self.d1 = tf.keras.layers.Dense(10)\n"
+            "    def call(self, x):\n"
+            "        return self.d1(x)\n"
+            "model = MyModel()\n"
+            "optimizer = tf.keras.optimizers.Adam()\n"
+            "# %%\n"
+            "@tf.function\n"
+            "def train_step(x, y):\n"
+            "    with tf.GradientTape() as tape:\n"
+            "        loss = tf.reduce_mean(tf.square(model(x) - y))\n"
+            "    grads = tape.gradient(loss, model.trainable_variables)\n"
+            "    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n"
+            "# %%\n"
+            "for x, y in dataset:\n"
+            "    train_step(x, y)\n"
+            "    if optimizer.iterations == 1:\n"
+            "        npu.distribute.broadcast(model.trainable_variables)\n",
+        ),
         # TF-Agents: the agent's variables exist once it is initialized.
         Example(
             "import tensorflow as tf\n"
@@ -397,6 +443,18 @@ class MissingBroadcast(Rule):
                 )
                 continue
             a_cell, a_facts, a_stmt, where = anchor
+            after_first_step = _after_first_update(context, cell, facts, site, variables, a_cell, a_stmt)
+            if where == "before" and after_first_step is not None:
+                s_cell, s_facts, step, optimizer = after_first_step
+                yield self.finding(
+                    s_cell, s_facts, step,
+                    f"variables are not broadcast from rank 0, and {_model_name(variables)} has no variables before "
+                    "the loop (it builds them on its first call): broadcast them after the first step, "
+                    f"when {optimizer}.iterations is 1",
+                    [insert_after(s_cell, s_facts, step, f"if {optimizer}.iterations == 1:\n    {code}",
+                                  [NEEDS_NPU_DEVICE])],
+                )
+                continue
             edit = (insert_after if where == "after" else insert_before)(
                 a_cell, a_facts, a_stmt, code, [NEEDS_NPU_DEVICE]
             )
@@ -503,14 +561,34 @@ def model_built_at(context, model: str, cell: int, line: int) -> Optional[bool]:
     ):
         return True
     after_creation = (c, assignment.stmt.end_lineno)
+    # Only what runs at the notebook's top level builds it before (cell, line): a call inside a
+    # function (the training step calling the model) runs when that function does, not where it is defined.
+    between = lambda c2, call: call.function is None and after_creation < (c2, call.node.lineno) < (cell, line)  # noqa: E731
     for method in _BUILDING_METHODS:
         for c2, _, call in context.facts.calls(method):
-            if call.dotted == f"{model}.{method}" and after_creation < (c2, call.node.lineno) < (cell, line):
+            if call.dotted == f"{model}.{method}" and between(c2, call):
                 return True
     for c2, _, call in context.facts.calls(model.rsplit(".", 1)[-1]):
-        if call.dotted == model and after_creation < (c2, call.node.lineno) < (cell, line):
+        if call.dotted == model and between(c2, call):
             return True
+    for c2, _, call in context.facts.calls("add"):
+        if call.dotted == f"{model}.add" and between(c2, call) and call.node.args and \
+                _gives_input_shape(context, call.node.args[0]):
+            return True  # Sequential().add(Conv2D(..., input_shape=...)): built from that layer on
     return False
+
+
+def _gives_input_shape(context, layer: ast.expr) -> bool:
+    """Is ``layer`` (a call, or a name bound to one at the top level) a Keras input layer, or a layer
+    given its input shape?"""
+    if isinstance(layer, ast.Name):
+        bound = [a.value for _, _, a in context.facts.assignments(layer.id) if a.function is None]
+        layer = bound[-1] if bound else layer
+    if not isinstance(layer, ast.Call):
+        return False
+    if any(keyword.arg in K.KERAS_INPUT_KEYWORDS for keyword in layer.keywords):
+        return True
+    return context.facts.resolve(dotted_name(layer.func)) in K.KERAS_INPUT_LAYERS
 
 
 def _is_variable_initialization(context, node: ast.AST) -> bool:
@@ -683,6 +761,34 @@ def _broadcast_anchor(context, cell, facts, site: CallSite, variables: ast.expr)
     return None
 
 
+def _after_first_update(context, cell, facts, gradient: CallSite, variables: ast.expr, loop_cell, loop):
+    """Where to broadcast a model that builds its variables on its first call (a broadcast before the
+    loop would find none): (cell, facts, statement, optimizer name). The statement is the one at the
+    top level that runs a step (the ``apply_gradients`` itself in an eager loop, else the call of the
+    step function): after it, when the optimizer has taken one step, the variables exist, every rank
+    applied the same all-reduced update, and broadcasting rank 0's weights leaves every rank with them.
+    Eagerly, outside the step's ``tf.function``: a collective under a ``tf.cond`` there would not be
+    ordered against the step's all-reduce. None when that place or a Keras optimizer is not found."""
+    model = _model_name(variables)
+    if model is None or model_built_at(context, model, loop_cell, loop.lineno) is not False:
+        return None
+    updates = [call for call in facts.calls_by_method.get("apply_gradients", ())
+               if call.function == gradient.function and call.node.lineno > gradient.node.lineno]
+    if not updates or not isinstance(updates[0].receiver, ast.Name):
+        return None
+    optimizer = updates[0].receiver.id
+    created = [a.value for _, _, a in context.facts.assignments(optimizer) if isinstance(a.value, ast.Call)]
+    if not created or context.facts.resolve(dotted_name(created[-1].func)) not in K.KERAS_OPTIMIZERS:
+        return None  # a tf.compat.v1 optimizer has no ``iterations``
+    found = _top_level_call(context, cell, facts, updates[0])
+    if found is None:
+        return None
+    s_cell, s_facts, step = found
+    if not (isinstance(step.stmt, (ast.Expr, ast.Assign)) and step.stmt.value is step.node):
+        return None
+    return s_cell, s_facts, step.stmt, optimizer
+
+
 def _model_name(variables: ast.expr) -> Optional[str]:
     if isinstance(variables, ast.Attribute) and variables.attr in ("trainable_variables", "trainable_weights"):
         return dotted_name(variables.value)
@@ -710,11 +816,7 @@ def model_is_built_by(context, call: ast.Call) -> bool:
     if isinstance(call.func, ast.Name) and _subclass_built_in_init(context, call.func.id):
         return True
     if name in K.KERAS_SEQUENTIAL and call.args and isinstance(call.args[0], ast.List) and call.args[0].elts:
-        first = call.args[0].elts[0]
-        if isinstance(first, ast.Call):
-            if any(keyword.arg in K.KERAS_INPUT_KEYWORDS for keyword in first.keywords):
-                return True
-            return context.facts.resolve(dotted_name(first.func)) in K.KERAS_INPUT_LAYERS
+        return _gives_input_shape(context, call.args[0].elts[0])
     return False
 
 
@@ -769,15 +871,25 @@ def _training_loop(context, cell, facts, site: CallSite):
     """The module-level statement that runs the training: the loop that (through up to a few
     functions, such as ``strategy.run(train_step, ...)`` inside ``distributed_train_step``) calls
     the function holding the gradient."""
+    found = _top_level_call(context, cell, facts, site)
+    if found is None:
+        return None
+    c_cell, c_facts, caller = found
+    return c_cell, c_facts, top_level_statement(c_facts, caller.stmt)
+
+
+def _top_level_call(context, cell, facts, site: CallSite):
+    """(cell, facts, call) of the call at the notebook's top level that leads to ``site``: ``site``
+    itself there, or the call of the function holding it, through up to a few functions."""
     if site.function is None:
-        return cell, facts, top_level_statement(facts, site.stmt)
+        return cell, facts, site
     seen, frontier = {site.function}, [site.function]
     for _ in range(4):
         callers = []
         for function in frontier:
             for c_cell, c_facts, caller in _uses_of_function(context, function):
                 if caller.function is None:
-                    return c_cell, c_facts, top_level_statement(c_facts, caller.stmt)
+                    return c_cell, c_facts, caller
                 if caller.function not in seen:
                     seen.add(caller.function)
                     callers.append(caller.function)

@@ -174,6 +174,15 @@ def check_broadcast(records: Records, size: int) -> Check:
             f"{count} trainable variables identical on all {size} ranks {when}{_where(starts[0])}",
             cell,
         )
+    if _broadcast_after_the_first_update(records, size, starts):
+        return Check(
+            "broadcast",
+            PASS,
+            f"{count} trainable variables identical on all {size} ranks after the first update{_where(starts[0])}: "
+            "they differed when training started, and were broadcast after the first step (a model that builds "
+            "its variables on its first call)",
+            cell,
+        )
     return Check(
         "broadcast",
         FAIL,
@@ -183,12 +192,34 @@ def check_broadcast(records: Records, size: int) -> Check:
     )
 
 
+def _broadcast_after_the_first_update(records: Records, size: int, starts: Dict[int, dict]) -> bool:
+    """Did the ranks start apart and hold the same weights after the first update? With aggregated
+    gradients every rank applies the same update, so ranks that started apart stay apart unless a
+    broadcast came in between: only the samples are compared (a start's fingerprint is exact, a
+    later moment has samples only), so the starts' samples must differ too."""
+    def samples(record):
+        return [np.asarray(part) for part in record["samples"]]
+
+    def same(a, b):
+        return len(a) == len(b) and all(x.shape == y.shape and np.array_equal(x, y) for x, y in zip(a, b))
+
+    firsts = {rank: _first_step(records[rank], starts[rank]) for rank in range(size)}
+    if any(first is None or first["names"] != starts[rank]["names"] for rank, first in firsts.items()):
+        return False
+    started_apart = any(not same(samples(starts[0]), samples(starts[rank])) for rank in range(1, size))
+    return started_apart and all(same(samples(firsts[0]), samples(firsts[rank])) for rank in range(1, size))
+
+
 # --------------------------------------------------------------------------------- allreduce
 
 
-def _change(rank_records: List[dict]) -> Optional[List[np.ndarray]]:
+def _change(rank_records: List[dict], from_first_step: bool = False) -> Optional[List[np.ndarray]]:
+    """What training changed in the weights: end - start, or end - the first step's result when the
+    ranks were broadcast after their first update (the broadcast, not training, moved them then)."""
     start = first_start(rank_records)
     end = last_end(rank_records, start) if start else None
+    if from_first_step and start is not None:
+        start = _first_step(rank_records, start)
     if start is None or end is None or end["names"] != start["names"]:
         return None
     return [np.asarray(e) - np.asarray(s) for s, e in zip(start["samples"], end["samples"])]
@@ -218,7 +249,9 @@ def ranks_read_same_data(records: Records, size: int) -> Optional[bool]:
 def check_allreduce(records: Records, size: int) -> Check:
     if size < 2:
         return Check("allreduce", NOT_OBSERVED, "one rank: nothing to compare")
-    changes = {rank: _change(records.get(rank, [])) for rank in range(size)}
+    starts = {rank: first_start(records.get(rank, [])) for rank in range(size)}
+    late = all(starts.values()) and _broadcast_after_the_first_update(records, size, starts)
+    changes = {rank: _change(records.get(rank, []), from_first_step=late) for rank in range(size)}
     missing = [rank for rank, change in changes.items() if change is None]
     if missing:
         return Check(

@@ -167,3 +167,38 @@ def test_data_whose_rows_repeat_within_a_rank_says_nothing_about_sharing():
     constant = ["zero"] * 32
     records = {0: [sampled("a", constant, sharded=True)], 1: [sampled("b", constant, sharded=True)]}
     assert checks.check_shard(records, 2).status == "pass"
+
+
+def late(data, start, step1, end):
+    """A rank of a custom loop whose model builds its variables on its first call, broadcast after the
+    first update: start, the weights before the second update ("step1"), end."""
+    return [data, weights("start", [start], 1, "optimizer step"), weights("step1", [step1], 2, "optimizer step"),
+            weights("end", [end], 3, "optimizer step")]
+
+
+def test_a_broadcast_after_the_first_update_passes_and_training_is_judged_from_there():
+    # started apart, the same weights after the first update (rank 0's, broadcast), the same change after
+    records = {0: late(batch("a"), [1.0, 2.0], [0.9, 1.9], [0.5, 1.5]),
+               1: late(batch("b"), [3.0, 4.0], [0.9, 1.9], [0.5, 1.5])}
+    result = checks.evaluate(records, 2)
+    assert result["broadcast"].status == "pass" and "after the first update" in result["broadcast"].detail
+    assert result["allreduce"].status == "pass"
+
+
+def test_no_broadcast_after_the_first_update_still_fails():
+    records = {0: late(batch("a"), [1.0], [0.9], [0.5]), 1: late(batch("b"), [3.0], [2.9], [2.5])}
+    assert checks.evaluate(records, 2)["broadcast"].status == "fail"
+
+
+def test_a_late_broadcast_does_not_hide_unaggregated_gradients():
+    records = {0: late(batch("a"), [1.0], [0.9], [0.5]), 1: late(batch("b"), [3.0], [0.9], [0.7])}
+    result = checks.evaluate(records, 2)
+    assert result["broadcast"].status == "pass"
+    assert result["allreduce"].status == "fail"
+
+
+def test_starts_that_differ_only_beyond_their_samples_are_not_taken_for_a_late_broadcast():
+    # the fingerprints differ but the samples do not: whether a broadcast came later cannot be told
+    records = {0: late(batch("a"), [1.0], [0.9], [0.5]), 1: late(batch("b"), [1.0], [0.9], [0.5])}
+    records[1][1] = dict(records[1][1], fingerprint="other")
+    assert checks.evaluate(records, 2)["broadcast"].status == "fail"
