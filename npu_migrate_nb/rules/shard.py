@@ -74,9 +74,44 @@ class MissingShard(Rule):
         "ds, rank_batch_size = npu.distribute.shard_and_rebatch_dataset(ds, 64)\n"
         "ds = ds.batch(rank_batch_size)\n"
         "model.compile(optimizer='sgd', loss='mse')\nmodel.fit(ds)\n",
+        # A pipeline only predicted on (a forecast): every rank predicts on the whole series.
+        "import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\n"
+        "def model_forecast(model, series, window_size):\n"
+        "    ds = tf.data.Dataset.from_tensor_slices(series)\n"
+        "    ds = ds.window(window_size, shift=1, drop_remainder=True)\n"
+        "    ds = ds.flat_map(lambda w: w.batch(window_size))\n"
+        "    ds = ds.batch(32).prefetch(1)\n"
+        "    return model.predict(ds)\n"
+        "train = tf.data.Dataset.from_tensor_slices((x, y))\n"
+        "train, rank_batch_size = npu.distribute.shard_and_rebatch_dataset(train, 32)\n"
+        "model.compile(optimizer='sgd', loss='mse')\nmodel.fit(train.batch(rank_batch_size))\n"
+        "forecast = model_forecast(model, series, 30)\n",
     ]
 
     INVALID = [
+        # A time series made into windows: the windows are the samples, so the shard comes after them
+        # (before, each rank would get every other time step).
+        Example(
+            "import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\n"
+            "def window_dataset(series, window_size, batch_size=32):\n"
+            "    dataset = tf.data.Dataset.from_tensor_slices(series)\n"
+            "    dataset = dataset.window(window_size + 1, shift=1, drop_remainder=True)\n"
+            "    dataset = dataset.flat_map(lambda window: window.batch(window_size + 1))\n"
+            "    dataset = dataset.shuffle(1000)\n"
+            "    dataset = dataset.map(lambda window: (window[:-1], window[-1]))\n"
+            "    return dataset.batch(batch_size).prefetch(1)\n"
+            "model.compile(optimizer='sgd', loss='mse')\nmodel.fit(window_dataset(series, 30))\n",
+            "import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\n"
+            "def window_dataset(series, window_size, batch_size=32):\n"
+            "    dataset = tf.data.Dataset.from_tensor_slices(series)\n"
+            "    dataset = dataset.window(window_size + 1, shift=1, drop_remainder=True)\n"
+            "    dataset = dataset.flat_map(lambda window: window.batch(window_size + 1))\n"
+            "    dataset, rank_batch_size = npu.distribute.shard_and_rebatch_dataset(dataset, batch_size)\n"
+            "    dataset = dataset.shuffle(1000)\n"
+            "    dataset = dataset.map(lambda window: (window[:-1], window[-1]))\n"
+            "    return dataset.batch(rank_batch_size).prefetch(1)\n"
+            "model.compile(optimizer='sgd', loss='mse')\nmodel.fit(window_dataset(series, 30))\n",
+        ),
         # A shard that takes the same part on every rank: its arguments become the rank's.
         Example(
             "import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\n"
@@ -313,7 +348,7 @@ class MissingShard(Rule):
                 continue  # tf-distribute-leftover turns its InputContext shard into the rank's
             if site.argument_of is not None and context.facts.resolve(site.argument_of.dotted) in K.DATASET_SOURCES:
                 continue  # Dataset.zip((a, b)): shard the zip, not each part
-            if _for_evaluation(facts, site) or _loads_whole_split(context, site):
+            if _for_evaluation(facts, site) or _loads_whole_split(context, site) or _feeds_only_inference(facts, site):
                 continue
             findings.append(self._shard_pipeline(context, cell, facts, site))
         for cell, facts, site in _io_read_sessions(context):
@@ -621,6 +656,54 @@ def with_last_argument(facts: CellFacts, call: CallSite, argument: str) -> str:
     return f"{inside}{separator}{argument})"
 
 
+# Dataset methods that make the samples out of the source's elements (a time series' windows): a
+# shard before them would give each rank every N-th time step, so it comes after them.
+_SAMPLE_MAKERS = ("window", "flat_map")
+
+
+def _samples_made_at(facts: CellFacts, source: CallSite, variable: Optional[str]) -> Optional[ast.stmt]:
+    """The last ``variable = variable.window(...)`` / ``.flat_map(...)`` statement after the source,
+    when the pipeline makes windows (``variable`` keeps the pipeline, statement by statement)."""
+    if variable is None or not any(site.method == "window" for site in _pipeline_calls(facts, source, variable)):
+        return None
+    last = None
+    for site in _pipeline_calls(facts, source, variable):
+        if site.method in _SAMPLE_MAKERS and single_target(site.chain()[-1].stmt) == variable:
+            last = site.chain()[-1].stmt
+    return last
+
+
+def _pipeline_calls(facts: CellFacts, source: CallSite, variable: str) -> List[CallSite]:
+    """The calls on ``variable`` after the source, in the source's function, up to its batch."""
+    start = source.chain()[-1].stmt.end_lineno
+    calls = []
+    for site in facts.calls:
+        if site.function != source.function or site.node.lineno <= start or chain_root_name(site.receiver) != variable:
+            continue
+        if site.method in K.BATCH_METHODS:
+            break
+        calls.append(site)
+    return calls
+
+
+def _feeds_only_inference(facts: CellFacts, source: CallSite) -> bool:
+    """Is the pipeline, in its function, given only to ``predict``/``evaluate`` (a forecast, a test
+    score), never to training? Each rank would then predict on its part only."""
+    top = source.chain()[-1]
+    variable = single_target(top.stmt) if top.node is getattr(top.stmt, "value", None) else None
+    if variable is None or source.function is None:
+        return False
+    uses = [site for site in facts.calls if site.function == source.function and site.node.args
+            and isinstance(site.node.args[0], ast.Name) and site.node.args[0].id == variable
+            and site.method in _INFERENCE_METHODS + K.KERAS_FIT_METHODS + ("train_on_batch",)]
+    returned = any(isinstance(node, ast.Return) and isinstance(node.value, ast.Name) and node.value.id == variable
+                   for node in ast.walk(facts.functions.get(source.function) or ast.Module(body=[], type_ignores=[])))
+    return bool(uses) and not returned and all(site.method in _INFERENCE_METHODS for site in uses)
+
+
+_INFERENCE_METHODS = ("predict", "evaluate", "predict_on_batch")
+
+
 def _for_evaluation(facts: CellFacts, site: CallSite) -> bool:
     names = [site.function or ""]
     target = single_target(site.chain()[-1].stmt)
@@ -657,7 +740,13 @@ def _batch_argument(batch: CallSite) -> Optional[ast.expr]:
 
 def _env_shard(cell, facts: CellFacts, source: CallSite, batch: Optional[CallSite]) -> List[Edit]:
     shard = f"{{source}}.shard({K.RANK_SIZE_EXPR}, {K.RANK_ID_EXPR})"
-    edits = [replace_with(cell, facts, source.node, shard, [NEEDS_OS], source=source.node)]
+    top = source.chain()[-1]
+    variable = single_target(top.stmt) if top.node is getattr(top.stmt, "value", None) else None
+    windows = _samples_made_at(facts, source, variable)
+    if windows is not None:
+        edits = [insert_after(cell, facts, windows, f"{variable} = {shard.format(source=variable)}", [NEEDS_OS])]
+    else:
+        edits = [replace_with(cell, facts, source.node, shard, [NEEDS_OS], source=source.node)]
     size = _batch_argument(batch) if batch is not None else None
     if size is not None:
         edits.append(_divided(cell, facts, size, K.RANK_SIZE_EXPR, [NEEDS_OS]))
@@ -688,7 +777,10 @@ def _shard_and_rebatch(context, cell, facts: CellFacts, source: CallSite, batch:
     )
     needs = [NEEDS_NPU_DEVICE]
     edits = [replace(cell, facts, size, RANK_BATCH, needs)]
-    if top is source and variable is not None:
+    windows = _samples_made_at(facts, source, variable)
+    if windows is not None:
+        edits.append(insert_after(cell, facts, windows, rebatch, needs))
+    elif top is source and variable is not None:
         edits.append(insert_after(cell, facts, stmt, rebatch, needs))
     else:
         first = f"{dataset} = {standalone_code(facts, source.node)}"
