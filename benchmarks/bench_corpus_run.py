@@ -1,0 +1,463 @@
+"""Real notebooks, fixed, proven on 2 simulated ranks: the run-time figure beside ``fix``'s static one.
+
+For every notebook of ``benchmarks/corpus`` that can run offline on this machine (issue 21):
+
+1. the notebook as it is runs on 2 ranks (it must be caught: a check fails, or a cell that runs on
+   one card fails on the ranks);
+2. ``fix`` adapts it, ``check`` judges the result statically;
+3. the fixed notebook runs on 2 ranks (it must pass: every cell runs, and each of the three checks
+   passes, or does not apply by the analysis, with its reason).
+
+When a cell fails on the ranks, the cells up to it are rerun on one card (``one_card.py``): a cell
+that fails there too takes the notebook out of the runnable set (not runnable here, not a problem of
+the distributed steps), with the error as the reason.
+
+Which notebooks can run offline is decided from their code, by :func:`left_out_because` (a package
+that is not installed, a download, a dataset that is not faked); what they would download from
+Keras' dataset loaders is served from synthetic files in the loaders' own formats
+(``offline_data.py``), the notebooks' code untouched. Each notebook runs in a folder of its own,
+which is removed afterwards.
+
+Goals: fixed, >= 90% of the runnable set passes; unfixed, >= 95% are caught; 0 notebooks where
+``check`` says a step is present and the run fails it. Every failure is printed with its class
+(:data:`FAILURE_CLASSES`).
+
+    python benchmarks/bench_corpus_run.py [--only SUBSTRING] [--ranks 2] [--timeout S] [--json FILE]
+                                          [--fixed-only] [--list]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Tuple
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = Path(__file__).resolve().parent
+CORPUS = BENCH / "corpus"
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(BENCH))
+
+import offline_data  # noqa: E402
+
+from npu_migrate_nb.analysis import analyze  # noqa: E402
+from npu_migrate_nb.findings import STEPS  # noqa: E402
+from npu_migrate_nb.notebook import Notebook, atomic_write, load, render  # noqa: E402
+
+GOAL_FIXED, GOAL_CAUGHT = 0.90, 0.95
+CHECKS = ("broadcast", "allreduce", "shard")
+
+# ------------------------------------------------------------------------------ the runnable set
+
+# Reads from the network or from files no notebook of the corpus makes (besides Keras' dataset
+# loaders, which offline_data serves): a notebook with one of these is left out, with the match.
+_NETWORK = (
+    ("downloads a file", r"\bget_file\s*\("),
+    ("reads TensorFlow Datasets", r"\btfds\s*\.\s*(load|builder)\b"),
+    ("loads a TensorFlow Hub model", r"\bhub\s*\.\s*(load|KerasLayer|Module)\b|tfhub\.dev"),
+    ("downloads with urllib or requests", r"\burlretrieve\s*\(|\burlopen\s*\(|\brequests\s*\.\s*get\s*\("),
+    ("downloads with a shell command", r"^\s*!\s*(wget|curl|gsutil|git\s+clone|kaggle)\b"),
+    ("reads a remote file", r"['\"](https?|gs)://[^'\"]+\.(csv|txt|zip|gz|tgz|json|npz|npy|h5|jpg|png|wav)['\"]"),
+    ("runs on Colab only", r"\bgoogle\.colab\b"),
+    ("needs a TPU", r"TPUClusterResolver\s*\(\s*\)|\bTPUStrategy\s*\("),
+    ("starts parameter servers or workers of its own", r"\bportpicker\b|\bcreate_local_server\b|TF_CONFIG"),
+)
+# Modules a notebook may import that are part of Python or come with the project's own install.
+_ALWAYS_THERE = {"__future__", "google"}  # google: protobuf's namespace, next to the colab check
+
+
+@dataclass
+class Selection:
+    path: str
+    runnable: bool
+    reason: str = ""  # why it was left out
+
+
+def corpus_paths() -> List[Path]:
+    return sorted(CORPUS.glob("*/*.ipynb"))
+
+
+def code_of(notebook: Notebook) -> str:
+    return "\n".join(cell.source for cell in notebook.code_cells)
+
+
+def left_out_because(notebook: Notebook) -> Optional[str]:
+    """Why this notebook cannot run offline on this machine, or None."""
+    source = code_of(notebook)
+    missing = sorted(name for name in imported_modules(source) if not _importable(name))
+    if missing:
+        return f"needs {', '.join(missing)} (not installed)"
+    for reason, pattern in _NETWORK:
+        found = re.search(pattern, source, re.MULTILINE)
+        if found:
+            return f"{reason} ({found.group(0).strip()[:60]})"
+    return None
+
+
+def imported_modules(source: str) -> set:
+    """Top-level modules of the import statements (also inside functions and ``try``)."""
+    modules = set()
+    for line in source.splitlines():
+        found = re.match(r"\s*(?:from\s+([A-Za-z_]\w*)[\w.]*\s+import\b|import\s+(.+))", line)
+        if not found:
+            continue
+        if found.group(1):
+            modules.add(found.group(1))
+            continue
+        for part in found.group(2).split(","):
+            name = re.match(r"\s*([A-Za-z_]\w*)", part)
+            if name:
+                modules.add(name.group(1))
+    return modules - _ALWAYS_THERE
+
+
+def _importable(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def select(path: Path) -> Selection:
+    notebook = load(str(path))
+    reason = left_out_because(notebook)
+    return Selection(str(path.relative_to(CORPUS)), reason is None, reason or "")
+
+
+# ----------------------------------------------------------------------------------- one run
+
+
+@dataclass
+class Run:
+    """One notebook on the ranks: what the runner said, reduced to what the benchmark judges."""
+    cells_ok: bool
+    failed_cell: Optional[int] = None
+    error: str = ""  # the failed cell's error (last line) or fault message
+    checks: Dict[str, str] = field(default_factory=dict)  # check -> status
+    details: Dict[str, str] = field(default_factory=dict)  # check -> detail
+    one_card: Optional[dict] = None  # OneCard.to_json() when a cell failed
+    elapsed_s: float = 0.0
+
+    @property
+    def checks_pass(self) -> bool:
+        return all(self.checks.get(name) in ("pass", "not-applicable") for name in CHECKS)
+
+    @property
+    def passed(self) -> bool:
+        return self.cells_ok and self.checks_pass
+
+    @property
+    def check_failed(self) -> bool:
+        return any(self.checks.get(name) == "fail" for name in CHECKS)
+
+    @property
+    def fails_on_one_card(self) -> bool:
+        return bool(self.one_card) and self.one_card["status"] == "fails"
+
+
+def offline_setup(home: str) -> Callable:
+    """The cluster's setup: every rank (and every single card started from it) reads ``home``'s fakes."""
+
+    def setup(cluster) -> None:
+        # Code, not a function of this module: the ranks cannot import this module before it runs.
+        cluster.view.execute(f"import sys\nif {str(BENCH)!r} not in sys.path: sys.path.insert(0, {str(BENCH)!r})",
+                             block=True)
+        cluster.view.apply_sync(offline_data.install, home)
+
+    return setup
+
+
+def run_on_ranks(path: str, ranks: int, timeout: float, home: str) -> Run:
+    """``path`` on ``ranks`` simulated ranks (and, after a failure, on one card) in its own folder."""
+    import io
+
+    from npu_migrate_nb.sim.cluster import Cluster, ClusterError
+    from npu_migrate_nb.sim.one_card import bound_for, rerun_on_one_card
+    from npu_migrate_nb.sim.runner import Runner, detect_tf1
+
+    notebook = load(path)
+    cluster = Cluster(n=ranks, tf1=detect_tf1(notebook), setup=offline_setup(home))
+    started = time.monotonic()
+    output = io.StringIO()
+    try:
+        try:
+            cluster.start()
+        except ClusterError as error:
+            return Run(False, error=f"the cluster could not start: {error}")
+        result = Runner(cluster, timeout=timeout, echo=output, errors=output).run_notebook(notebook)
+        failed = result.failed_cell
+        one_card = None
+        if failed is not None:
+            cluster.stop()
+            one_card = rerun_on_one_card(notebook, failed.cell, cluster, bound_for(time.monotonic() - started))
+    finally:
+        cluster.stop()
+    return Run(
+        cells_ok=failed is None,
+        failed_cell=failed.cell if failed is not None else None,
+        error=_failure_text(failed) if failed is not None else "",
+        checks={name: check.status for name, check in result.checks.items()},
+        details={name: check.detail for name, check in result.checks.items()},
+        one_card=one_card.to_json() if one_card is not None else None,
+        elapsed_s=round(time.monotonic() - started, 1),
+    )
+
+
+def _failure_text(cell) -> str:
+    texts = [rank.error for rank in cell.ranks if rank.error] or [cell.message or cell.status]
+    lines = [line.strip() for line in texts[0].splitlines() if line.strip()]
+    tail = lines[-1] if lines else cell.status
+    return (cell.message or tail) if cell.status == "timeout" else tail
+
+
+# ------------------------------------------------------------------------------- failure classes
+
+# (class, what it means, predicate on the run). The first that matches names a failure.
+FAILURE_CLASSES: List[Tuple[str, str, Callable[[Run], bool]]] = [
+    ("tf-mode", "TF1 mode chosen for TF2 code (or the reverse)",
+     lambda run: bool(re.search(r"Invalid keyword argument\(s\) in compile|symbolic (tf\.)?Tensor as a Python bool"
+                                r"|only (available|supported) (in|with|when) eager|numpy\(\) is only available"
+                                r"|eager execution is (disabled|not enabled)|has no attribute '(Session|placeholder)'",
+                                run.error))),
+    ("graph-state", "graph state shared across models in TF1 mode",
+     lambda run: "You must feed a value for placeholder tensor" in run.error),
+    ("broadcast-before-build", "the broadcast runs before the model has variables",
+     lambda run: "have not yet been created" in run.error or "no trainable variables" in run.details.get("broadcast", "")),
+    ("step-count", "ranks run different numbers of steps (one waits in a collective)",
+     lambda run: "timed out" in run.error and "waits in" in run.error),
+    ("file-clash", "every rank writes the same file",
+     lambda run: bool(re.search(r"unable to lock file|Unable to (synchronously )?create file|File exists"
+                                r"|same file", run.error, re.IGNORECASE))),
+    ("stand-in", "the adapter's stand-ins lack an API or differ from it",
+     lambda run: bool(re.search(r"(NameError|AttributeError|ImportError|TypeError).*(npu|hccl|NPU)", run.error))),
+    ("fix-breaks-one-card", "the fixed notebook fails on one card too", Run.fails_on_one_card.fget),
+    ("cell-error", "a cell fails on the ranks and runs on one card", lambda run: not run.cells_ok),
+    ("check-fail", "a check fails", Run.check_failed.fget),
+    ("not-observed", "a check saw nothing to judge", lambda run: not run.checks_pass),
+]
+
+
+def failure_class(run: Run) -> str:
+    for name, _, matches in FAILURE_CLASSES:
+        if matches(run):
+            return name
+    return "none"
+
+
+# ----------------------------------------------------------------------------------- notebooks
+
+
+@dataclass
+class Record:
+    name: str
+    selection: Selection
+    static_after: Dict[str, str] = field(default_factory=dict)  # step -> status after fix
+    unfixed: Optional[Run] = None
+    fixed: Optional[Run] = None
+    fix_error: str = ""
+    offline: Dict[str, float] = field(default_factory=dict)  # dataset -> share of its real size
+
+    @property
+    def runnable(self) -> bool:
+        """Selected, and the notebook as it is does not fail on one card (a fixed notebook that fails
+        there is a failure of the fix: it stays in the set)."""
+        if not self.selection.runnable:
+            return False
+        return not (self.unfixed is not None and self.unfixed.fails_on_one_card)
+
+    @property
+    def left_out_reason(self) -> str:
+        if not self.selection.runnable:
+            return self.selection.reason
+        if self.unfixed is not None and self.unfixed.fails_on_one_card:
+            return f"{self.unfixed.one_card['detail']} (cell {self.unfixed.failed_cell})"
+        return ""
+
+    @property
+    def caught(self) -> bool:
+        run = self.unfixed
+        return run is not None and (run.check_failed or not run.checks_pass or
+                                    (not run.cells_ok and not run.fails_on_one_card))
+
+    @property
+    def disproved(self) -> List[str]:
+        """Steps ``check`` calls present after fix that the fixed run fails."""
+        run = self.fixed
+        if run is None:
+            return []
+        return [step for step in STEPS if self.static_after.get(step) == "present" and run.checks.get(step) == "fail"]
+
+
+def measure(path: Path, ranks: int, timeout: float, work_root: str, data_root: str,
+            fixed_only: bool = False) -> Record:
+    selection = select(path)
+    record = Record(selection.path, selection)
+    if not selection.runnable:
+        return record
+    notebook = load(str(path))
+    source = code_of(notebook)
+    record.offline = offline_data.sizes_for(source)
+    home = offline_data.home_for(data_root, record.offline)
+    folder = tempfile.mkdtemp(prefix="nb-", dir=work_root)
+    try:
+        offline_data.write_notebook_files(folder, source)
+        unfixed_path = os.path.join(folder, path.name)
+        shutil.copy(path, unfixed_path)
+        if not fixed_only:
+            record.unfixed = run_on_ranks(unfixed_path, ranks, timeout, home)
+            _clean_outputs(folder, keep={path.name, *offline_data._NOTEBOOK_FILES})
+        fixed_path, record.static_after, record.fix_error = _fix(unfixed_path)
+        if fixed_path is not None:
+            record.fixed = run_on_ranks(fixed_path, ranks, timeout, home)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return record
+
+
+def _fix(path: str) -> Tuple[Optional[str], Dict[str, str], str]:
+    """The notebook fixed beside it (as ``fix -o`` writes it), and ``check``'s steps on the result."""
+    from dataclasses import replace as with_changes
+
+    from npu_migrate_nb.rewrite import fix_notebook
+
+    notebook = load(path)
+    try:
+        result = fix_notebook(notebook, analyze(notebook))
+    except Exception as error:  # a crash of fix is a finding of this benchmark, not a stop
+        return None, {}, f"fix raised {type(error).__name__}: {error}"
+    fixed_path = path.replace(".ipynb", ".fixed.ipynb")
+    atomic_write(fixed_path, render(notebook, result.sources))
+    cells = [with_changes(cell, source=result.sources.get(cell.index, cell.source)) for cell in notebook.cells]
+    after = analyze(with_changes(notebook, cells=cells))
+    return fixed_path, dict(after.steps), ""
+
+
+def _clean_outputs(folder: str, keep: set) -> None:
+    """What the unfixed run wrote (checkpoints, logs) must not be there when the fixed one starts."""
+    for name in os.listdir(folder):
+        if name not in keep:
+            target = os.path.join(folder, name)
+            shutil.rmtree(target, ignore_errors=True) if os.path.isdir(target) else os.remove(target)
+
+
+# -------------------------------------------------------------------------------------- report
+
+
+def report(records: List[Record], elapsed: float) -> Tuple[str, dict]:
+    runnable = [r for r in records if r.runnable]
+    fixed_pass = [r for r in runnable if r.fixed is not None and r.fixed.passed]
+    unfixed = [r for r in runnable if r.unfixed is not None]
+    caught = [r for r in unfixed if r.caught]
+    disproved = [r for r in runnable if r.disproved]
+    lines = [f"run-time corpus: {len(records)} notebooks, {len(runnable)} runnable offline on 2 ranks "
+             f"({elapsed / 60:.1f} min)", ""]
+    lines.append(f"{'notebook':<86} {'unfixed':<22} {'fixed':<22} class")
+    for record in runnable:
+        lines.append(f"{record.name:<86} {_short(record.unfixed):<22} {_short(record.fixed):<22} "
+                     f"{failure_class(record.fixed) if record.fixed is not None else record.fix_error[:40]}")
+    lines.append("")
+    share = lambda part, whole: (len(part) / len(whole)) if whole else 0.0  # noqa: E731
+    lines.append(f"fixed, all three checks pass:   {len(fixed_pass)}/{len(runnable)} = {share(fixed_pass, runnable):.0%}"
+                 f"   (goal >= {GOAL_FIXED:.0%})")
+    lines.append(f"unfixed, caught:                {len(caught)}/{len(unfixed)} = {share(caught, unfixed):.0%}"
+                 f"   (goal >= {GOAL_CAUGHT:.0%})")
+    lines.append(f"check says present, run fails:  {len(disproved)}   (goal 0)"
+                 + "".join(f"\n  {r.name}: {', '.join(r.disproved)}" for r in disproved))
+    lines.append("")
+    lines.append("failures after fix, by class:")
+    for record in runnable:
+        if record.fixed is None or not record.fixed.passed:
+            run = record.fixed
+            what = record.fix_error if run is None else (run.error or _check_summary(run))
+            lines.append(f"  [{failure_class(run) if run else 'fix'}] {record.name}: {what[:240]}")
+            if run is not None and run.one_card:
+                lines.append(f"      one card: {run.one_card['detail']}")
+    lines.append("")
+    lines.append("not caught unfixed:")
+    for record in unfixed:
+        if not record.caught:
+            lines.append(f"  {record.name}: {_check_summary(record.unfixed)}")
+    lines.append("")
+    lines.append("left out:")
+    for record in records:
+        if not record.runnable:
+            lines.append(f"  {record.name}: {record.left_out_reason}")
+    summary = {
+        "runnable": len(runnable), "fixed_pass": len(fixed_pass), "unfixed": len(unfixed), "caught": len(caught),
+        "disproved": [r.name for r in disproved], "elapsed_s": round(elapsed, 1),
+        "records": [_record_json(r) for r in records],
+    }
+    return "\n".join(lines), summary
+
+
+def _short(run: Optional[Run]) -> str:
+    if run is None:
+        return "-"
+    if not run.cells_ok:
+        return f"cell {run.failed_cell} " + ("fails 1 card" if run.fails_on_one_card else "error")
+    return " ".join(f"{name[0]}:{_STATUS.get(run.checks.get(name), '?')}" for name in CHECKS)
+
+
+_STATUS = {"pass": "ok", "fail": "FAIL", "not-observed": "n/o", "not-applicable": "n/a"}
+
+
+def _check_summary(run: Run) -> str:
+    return "; ".join(f"{name} {run.checks.get(name)}: {run.details.get(name, '')[:120]}"
+                     for name in CHECKS if run.checks.get(name) not in ("pass", "not-applicable"))
+
+
+def _record_json(record: Record) -> dict:
+    data = asdict(record)
+    data.update(runnable=record.runnable, left_out_reason=record.left_out_reason, caught=record.caught,
+                disproved=record.disproved,
+                fixed_class=failure_class(record.fixed) if record.fixed is not None else None)
+    return data
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", action="append", metavar="SUBSTRING", help="notebooks whose path contains it")
+    parser.add_argument("--ranks", type=int, default=2)
+    parser.add_argument("--timeout", type=float, default=300.0, metavar="S", help="per-cell timeout (default 300)")
+    parser.add_argument("--json", metavar="FILE", help="also write every record as JSON")
+    parser.add_argument("--fixed-only", action="store_true", help="run only the fixed notebooks")
+    parser.add_argument("--list", action="store_true", help="only list the selection and why notebooks are left out")
+    args = parser.parse_args(argv)
+    paths = [p for p in corpus_paths() if not args.only or any(part in str(p) for part in args.only)]
+    if args.list:
+        for path in paths:
+            selection = select(path)
+            print(f"{'run ' if selection.runnable else 'skip'} {selection.path}  {selection.reason}")
+        return 0
+    started = time.monotonic()
+    work_root = tempfile.mkdtemp(prefix="npu-corpus-run-")
+    data_root = os.path.join(tempfile.gettempdir(), "npu-corpus-offline-data")
+    records = []
+    try:
+        for number, path in enumerate(paths, 1):
+            record = measure(path, args.ranks, args.timeout, work_root, data_root, args.fixed_only)
+            records.append(record)
+            if record.selection.runnable:
+                print(f"[{number}/{len(paths)}] {record.name}: unfixed {_short(record.unfixed)}, "
+                      f"fixed {_short(record.fixed)} ({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
+    finally:
+        shutil.rmtree(work_root, ignore_errors=True)
+    text, summary = report(records, time.monotonic() - started)
+    print(text)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as stream:
+            json.dump(summary, stream, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
