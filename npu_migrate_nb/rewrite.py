@@ -232,7 +232,7 @@ class _EditApplier(cst.CSTTransformer):
         self.done: Set[int] = set()
         self.edits = list(edits)
         for edit in self.edits:
-            if edit.kind in ("insert_before", "insert_after", "remove", "unwrap"):
+            if edit.kind in ("insert_before", "insert_after", "remove", "unwrap", "guard"):
                 self.statement_edits[edit.start].append(edit)
             elif edit.kind == "remove_element":
                 self.element_removals.add((edit.start, edit.end))
@@ -335,6 +335,8 @@ class _EditApplier(cst.CSTTransformer):
                 orphaned_lines = list(stmt.leading_lines)
             elif any(e.kind == "unwrap" for e in edits) and isinstance(stmt, cst.With):
                 result.extend(_unwrapped(stmt))
+            elif any(e.kind == "guard" for e in edits):
+                result.append(_guarded(stmt, next(e.code for e in edits if e.kind == "guard")))
             else:
                 result.append(stmt)
             result.extend(_statements(e.code) for e in edits if e.kind == "insert_after")
@@ -416,6 +418,15 @@ def _unwrapped(stmt: cst.With) -> List[cst.CSTNode]:
     kept = [cst.EmptyLine(comment=header)] if header is not None else []
     body[0] = body[0].with_changes(leading_lines=[*stmt.leading_lines, *kept, *body[0].leading_lines])
     return body
+
+
+def _guarded(stmt: cst.CSTNode, condition: str) -> cst.If:
+    """``if condition:`` around the statement, which keeps its text; the comments above it stay above."""
+    return cst.If(
+        test=cst.parse_expression(condition),
+        body=cst.IndentedBlock([stmt.with_changes(leading_lines=[])]),
+        leading_lines=stmt.leading_lines,
+    )
 
 
 def _statements(code: str) -> List[cst.CSTNode]:

@@ -7,10 +7,12 @@ from .broadcast import MissingBroadcast
 from .broadcast_before_build import BroadcastBeforeBuild
 from .device_id_shard import DeviceIdShard
 from .double_step_division import DoubleStepDivision
+from .every_rank_writes import EveryRankWrites
 from .hooks_tuple import HooksTuple
 from .not_data_parallel import NotDataParallel
 from .horovod_leftover import HorovodLeftover
 from .open_without_as_default import OpenWithoutAsDefault
+from .rank_dependent_steps import RankDependentSteps
 from .rank_from_hccl_too_early import RankFromHcclTooEarly
 from .reduction_mismatch import ReductionMismatch
 from .setup import MissingSetup
@@ -40,6 +42,8 @@ RULE_CLASSES = (
     HorovodLeftover,
     ReductionMismatch,
     SharedModelDir,
+    EveryRankWrites,
+    RankDependentSteps,
     MissingSetup,
 )
 ALL_RULES = tuple(rule() for rule in RULE_CLASSES)

@@ -93,7 +93,7 @@ class Rule(abc.ABC):
 def fix_text(facts: CellFacts, edits: Sequence[Edit]) -> str:
     """What the changed statements read after the fix: inserted lines and rewritten statements."""
     parts: List[str] = []
-    in_place = [edit for edit in edits if edit.kind not in ("insert_before", "insert_after", "remove")]
+    in_place = [edit for edit in edits if edit.kind not in ("insert_before", "insert_after", "remove", "guard")]
     edits_of: dict = {}  # statement (by identity) -> (statement, its edits)
     for edit in edits:
         stmt = _statement_at(facts, edit.start)
@@ -102,10 +102,20 @@ def fix_text(facts: CellFacts, edits: Sequence[Edit]) -> str:
     for stmt, mine in sorted(edits_of.values(), key=lambda entry: (entry[0].lineno, entry[0].col_offset)):
         parts += [edit.code for edit in mine if edit.kind == "insert_before"]
         changed_in_place = [edit for edit in mine if edit in in_place]
-        if changed_in_place:
+        guards = [edit.code for edit in mine if edit.kind == "guard"]
+        if guards:
+            body = _rendered(facts, stmt, changed_in_place) if changed_in_place else _statement_text(facts, stmt)
+            parts.append(f"if {guards[0]}:\n" + "\n".join("    " + line for line in body.split("\n")))
+        elif changed_in_place:
             parts.append(_rendered(facts, stmt, changed_in_place))
         parts += [edit.code for edit in mine if edit.kind == "insert_after"]
     return "\n".join(part for part in parts if part)
+
+
+def _statement_text(facts: CellFacts, stmt: ast.stmt) -> str:
+    lines = [line.rstrip("\r\n") for line in facts.lines[stmt.lineno - 1:stmt.end_lineno]]
+    indent = len(lines[0]) - len(lines[0].lstrip())
+    return "\n".join(line[indent:] if line[:indent].isspace() else line for line in lines)
 
 
 def _statement_at(facts: CellFacts, position) -> Optional[ast.stmt]:
@@ -203,6 +213,11 @@ def insert_after(cell: int, facts: CellFacts, stmt: ast.stmt, code: str, needs: 
 
 def insert_before(cell: int, facts: CellFacts, stmt: ast.stmt, code: str, needs: Iterable[str] = ()) -> Edit:
     return Edit(cell, "insert_before", facts.start(stmt), facts.end(stmt), code, frozenset(needs))
+
+
+def guard(cell: int, facts: CellFacts, stmt: ast.stmt, condition: str, needs: Iterable[str] = ()) -> Edit:
+    """``stmt`` runs only when ``condition`` holds (``if condition:`` around it)."""
+    return Edit(cell, "guard", facts.start(stmt), facts.end(stmt), condition, frozenset(needs))
 
 
 def remove_statement(cell: int, facts: CellFacts, stmt: ast.stmt) -> Edit:
