@@ -1,5 +1,10 @@
 """Every rank writing checkpoints to one ``model_dir``: the ranks race on the same files (found by
-the simulator: rank 1 failed with NotFoundError on rank 0's temporary checkpoint)."""
+the simulator: rank 1 failed with NotFoundError on rank 0's temporary checkpoint).
+
+The fix gives every rank a folder of its own in it, rank 0 included: were rank 0 alone to keep
+``model_dir`` (and the others a fresh one), rank 0 would resume from a checkpoint left there by an
+earlier run while the others start over, and the ranks would run different numbers of steps
+(rank-dependent-steps)."""
 
 from __future__ import annotations
 
@@ -15,6 +20,9 @@ MODEL_DIR_OWNERS = frozenset(
 )
 
 
+PER_RANK_MODEL_DIR = "os.path.join({model_dir}, 'rank_' + os.getenv('RANK_ID', '0'))"
+
+
 class SharedModelDir(Rule):
     code = "shared-model-dir"
     step = None
@@ -22,7 +30,7 @@ class SharedModelDir(Rule):
 
     VALID = [
         "import os\nimport tensorflow as tf\n"
-        "config = tf.estimator.RunConfig(model_dir='ckpt' if int(os.getenv('RANK_ID', '0')) == 0 else None)\n",
+        "config = tf.estimator.RunConfig(model_dir=os.path.join('ckpt', 'rank_' + os.getenv('RANK_ID', '0')))\n",
         "import tensorflow as tf\nconfig = tf.estimator.RunConfig(model_dir=None)\n",
         "import os\nimport tensorflow as tf\nest = tf.estimator.Estimator(model_fn, model_dir=f'ckpt_{os.environ[\"RANK_ID\"]}')\n",
     ]
@@ -32,7 +40,7 @@ class SharedModelDir(Rule):
             "config = tf.estimator.RunConfig(model_dir='/tmp/model', save_checkpoints_steps=50)\n"
             "est = tf.estimator.Estimator(model_fn, config=config)\n",
             "import os\nimport tensorflow as tf\n"
-            "config = tf.estimator.RunConfig(model_dir='/tmp/model' if int(os.getenv('RANK_ID', '0')) == 0 else None, save_checkpoints_steps=50)\n"
+            "config = tf.estimator.RunConfig(model_dir=os.path.join('/tmp/model', 'rank_' + os.getenv('RANK_ID', '0')), save_checkpoints_steps=50)\n"
             "est = tf.estimator.Estimator(model_fn, config=config)\n",
         ),
     ]
@@ -51,8 +59,7 @@ class SharedModelDir(Rule):
                 continue
             yield self.finding(
                 cell, facts, keyword.value,
-                "every rank writes checkpoints to the same model_dir and the ranks race on its files: "
-                "let rank 0 write it, the others their own temporary directory (model_dir=None)",
-                [replace_with(cell, facts, keyword.value, "{model_dir} if int(os.getenv('RANK_ID', '0')) == 0 else None",
-                              [NEEDS_OS], model_dir=keyword.value)],
+                "every rank writes checkpoints to the same model_dir and the ranks race on its files: give each "
+                "rank a folder of its own in it (each resumes from its own checkpoints, so all run the same steps)",
+                [replace_with(cell, facts, keyword.value, PER_RANK_MODEL_DIR, [NEEDS_OS], model_dir=keyword.value)],
             )
