@@ -176,10 +176,12 @@ result["fit"] = {
 tf.random.set_seed(40 + me)
 unsynced = tf.keras.Sequential([tf.keras.layers.Dense(2, input_shape=(3,))])
 unsynced.compile(optimizer="sgd", loss="mse")
-callback = npu.distribute.NPUBroadcastGlobalVariablesCallback(0)
+from npu_device.distribute.npu_callbacks import NPUBroadcastGlobalVariablesCallback
+from npu_device.distribute.hccl import npu_callbacks_append
+callback = NPUBroadcastGlobalVariablesCallback(0)
 unsynced.fit(features, labels[:, :1].repeat(2, axis=1), batch_size=8, epochs=1, verbose=0, callbacks=[callback])
 result["defective_callback_weights"] = [w.numpy().round(6).tolist() for w in unsynced.trainable_variables]
-appended = npu.distribute.npu_callbacks_append((tf.keras.callbacks.History(),))
+appended = npu_callbacks_append((tf.keras.callbacks.History(),))
 result["callbacks_append_tuple"] = len(appended)
 emit()
 """
