@@ -83,7 +83,7 @@ class NPULossScaleOptimizer(_ContribLossScaleOptimizer):
                 is_overall_finite = tf.reduce_all(tf.equal(aggregated_float_status, 0),
                                                   name="overflow_status_reduce_all")
             else:
-                is_overall_finite = tf.reduce_all(tf.equal(0, local_float_status), name="overflow_status_reduce_all")
+                is_overall_finite = tf.reduce_all(tf.equal(0.0, local_float_status), name="overflow_status_reduce_all")
         else:
             is_overall_finite = tf.constant(True, dtype=tf.bool)
         update_variables = tf.cond(is_overall_finite,

@@ -32,7 +32,7 @@ def _npu_finite_status_after_executed(grads, loss_scale):
     if global_npu_ctx() and global_npu_ctx().workers_num > 1:
         reduced_status = all_reduce([status], 'sum', fusion=0)
         return tf.reduce_all(tf.equal(reduced_status, 0))
-    return tf.reduce_all(tf.equal(0, [status]))
+    return tf.reduce_all(tf.equal(0.0, [status]))
 
 
 def _npu_compat_loss_scale_update(m, grads):
