@@ -246,6 +246,18 @@ def ranks_read_same_data(records: Records, size: int) -> Optional[bool]:
     return len({record["fingerprint"] for record in inputs.values()}) == 1
 
 
+def _skipped_updates(records: Records, size: int) -> str:
+    """'; rank 1 skipped its update at step 3 ...' when some rank skipped a step the others applied."""
+    skipped = {rank: {r["step"] for r in records.get(rank, []) if r["kind"] == "skipped update"} for rank in range(size)}
+    everyone = set.intersection(*skipped.values())
+    alone = {rank: sorted(steps - everyone) for rank, steps in skipped.items() if steps - everyone}
+    if not alone:
+        return ""
+    which = ", ".join(f"rank {rank} skipped its update at step {', '.join(map(str, steps))}" for rank, steps in alone.items())
+    return (f"; {which} (its loss-scale optimizer saw its float status overflow) while the other ranks applied "
+            "theirs: NPULossScaleOptimizer(..., is_distributed=True) has every rank skip the same steps")
+
+
 def check_allreduce(records: Records, size: int) -> Check:
     if size < 2:
         return Check("allreduce", NOT_OBSERVED, "one rank: nothing to compare")
@@ -269,7 +281,8 @@ def check_allreduce(records: Records, size: int) -> Check:
             "allreduce",
             FAIL,
             f"weights changed differently on each rank during training ({cells}, {start['source']}): "
-            f"rank {rank} differs from rank 0 by up to {difference:.3g}; {fix_for('allreduce', start['source'])}",
+            f"rank {rank} differs from rank 0 by up to {difference:.3g}{_skipped_updates(records, size)}; "
+            f"{fix_for('allreduce', start['source'])}",
             end["cell"],
         )
     if same_data is None:

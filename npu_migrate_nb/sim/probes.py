@@ -930,3 +930,10 @@ def _optimizer_classes(tf) -> list:
         except AttributeError:
             continue
     return classes
+
+
+def record_skipped_update(step: int, source: str) -> None:
+    """A loss-scale optimizer skipped this rank's update at ``step`` (its float status said the
+    step overflowed); ``source`` names the optimizer. The allreduce check names the ranks that
+    skipped a step the others applied."""
+    _record("skipped update", source, step=step)

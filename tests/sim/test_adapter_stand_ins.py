@@ -176,10 +176,12 @@ result["fit"] = {
 tf.random.set_seed(40 + me)
 unsynced = tf.keras.Sequential([tf.keras.layers.Dense(2, input_shape=(3,))])
 unsynced.compile(optimizer="sgd", loss="mse")
-callback = npu.distribute.NPUBroadcastGlobalVariablesCallback(0)
+from npu_device.distribute.npu_callbacks import NPUBroadcastGlobalVariablesCallback
+from npu_device.distribute.hccl import npu_callbacks_append
+callback = NPUBroadcastGlobalVariablesCallback(0)
 unsynced.fit(features, labels[:, :1].repeat(2, axis=1), batch_size=8, epochs=1, verbose=0, callbacks=[callback])
 result["defective_callback_weights"] = [w.numpy().round(6).tolist() for w in unsynced.trainable_variables]
-appended = npu.distribute.npu_callbacks_append((tf.keras.callbacks.History(),))
+appended = npu_callbacks_append((tf.keras.callbacks.History(),))
 result["callbacks_append_tuple"] = len(appended)
 emit()
 """
@@ -443,3 +445,140 @@ def test_stand_ins_are_not_importable_from_a_normal_interpreter():
         done = subprocess.run([sys.executable, "-c", f"import {name}"], capture_output=True, text=True,
                               env=_env(), timeout=60)
         assert done.returncode != 0, name
+
+
+TF1_SEMANTICS = """
+import tensorflow as real_tf
+real_tf.compat.v1.disable_v2_behavior()
+_ = (real_tf.keras, real_tf.estimator, real_tf.compat.v1.layers)
+sys.modules["tensorflow"] = real_tf.compat.v1
+from npu_migrate_nb.sim import adapter
+adapter.enable()
+import numpy as np
+import tensorflow as tf
+from npu_bridge.npu_init import *
+from npu_bridge.estimator.npu import npu_optimizer
+
+me = result["rank"]
+
+def error_of(call):
+    try:
+        call()
+    except Exception as exc:
+        return type(exc).__name__
+    return None
+
+with tf.Graph().as_default(), tf.Session() as session:
+    x = tf.constant([1.0 + me, 2.0])
+    result["float64"] = error_of(lambda: hccl_ops.allreduce(tf.constant([1.0], tf.float64), "sum"))
+    summed = hccl_ops.allreduce(x, "sum")
+    grad = tf.gradients(summed, x)[0]
+    pair = hccl_ops.broadcast([x, tf.constant([7 * (me + 1)])], 1)
+    result["broadcast_list"] = [type(pair).__name__, len(pair)]
+    sparse = tf.IndexedSlices(tf.fill([1, 2], float(me + 1)), tf.constant([me]), tf.constant([4, 2]))
+    gathered = npu_optimizer.allreduce(sparse)
+    result["sparse_type"] = type(gathered).__name__
+    values = session.run([grad, summed])
+    values += session.run([pair[0], pair[1]])
+    values += session.run([gathered.values, gathered.indices])
+    result["grad"] = values[0].tolist()
+    result["broadcast"] = [values[2].tolist(), values[3].tolist()]
+    result["sparse"] = [values[4].tolist(), values[5].tolist()]
+    result["hook_root_none"] = error_of(lambda: NPUBroadcastGlobalVariablesHook().begin())
+
+os.environ["DEVICE_ID"] = str(me)
+with tf.Graph().as_default():
+    a = tf.Variable([1.0 * (me + 1)], name="a")
+    b = tf.Variable([10.0 * (me + 1), 0.0], name="b")
+    loss = tf.reduce_sum(a) * (me + 1) + tf.reduce_sum(b) * 3.0 * (me + 1)
+    sharded = NPUDistributedOptimizer(tf.train.GradientDescentOptimizer(1.0), is_weight_update_sharding=True)
+    train_op = sharded.minimize(loss)
+    owners = [npu_optimizer.util.get_gid_by_weight(v) for v in (a, b)]
+    single = tf.Variable([0.0], name="single")
+    too_few = error_of(lambda: NPUDistributedOptimizer(tf.train.GradientDescentOptimizer(1.0),
+                                                       is_weight_update_sharding=True).minimize(tf.reduce_sum(single)))
+    with tf.Session() as session:
+        session.run(tf.global_variables_initializer())
+        session.run(train_op)
+        result["sharded"] = [v.tolist() for v in session.run([a, b])]
+result["owners"] = owners
+result["too_few_gradients"] = too_few
+del os.environ["DEVICE_ID"]
+with tf.Graph().as_default():
+    v = tf.Variable([1.0, 2.0])
+    result["no_device_id"] = error_of(lambda: NPUDistributedOptimizer(tf.train.GradientDescentOptimizer(1.0),
+                                      is_weight_update_sharding=True).minimize(tf.reduce_sum(v)))
+
+# the TF1 Keras callback broadcasts every initialised global variable: moving statistics too
+model = tf.keras.Sequential([tf.keras.layers.Dense(2, input_shape=(3,)), tf.keras.layers.BatchNormalization()])
+model.compile(optimizer="sgd", loss="mse")
+keras_session = tf.keras.backend.get_session()
+model.layers[1].moving_mean.load([float(me)] * 2, keras_session)
+callback = NPUBroadcastGlobalVariablesCallback(0)
+callback.set_model(model)
+callback.on_batch_begin(0)
+result["moving_mean"] = keras_session.run(model.layers[1].moving_mean).tolist()
+
+os.environ["CM_WORKER_SIZE"] = "2"
+result["both_sizes"] = error_of(util.get_ranksize)
+del os.environ["CM_WORKER_SIZE"]
+emit()
+"""
+
+TF2_SEMANTICS = """
+from npu_migrate_nb.sim import adapter
+adapter.enable()
+import numpy as np
+import tensorflow as tf
+import npu_device as npu
+from npu_device.distribute.npu_callbacks import broadcast_keras_model
+
+me = result["rank"]
+write_rank_table(WORK)
+npu.open().as_default()
+model = tf.keras.Sequential([tf.keras.layers.Dense(2, input_shape=(3,),
+                             kernel_initializer=tf.keras.initializers.Constant(float(me)))])
+broadcast_keras_model(model, root_rank=1)
+result["from_rank"] = float(model.trainable_variables[0].numpy()[0, 0])
+try:
+    npu.distribute.all_reduce([tf.constant([1.0], tf.float64)], "sum")
+except TypeError:
+    result["float64"] = "TypeError"
+npu.npu_device.close()
+os.environ["CM_CHIEF_IP"] = "127.0.0.1"
+table = os.environ.pop("RANK_TABLE_FILE")
+try:
+    npu.open()
+except RuntimeError as exc:
+    result["chief_without_port"] = str(exc)
+os.environ["RANK_TABLE_FILE"] = table
+try:
+    npu.open()
+except RuntimeError as exc:
+    result["chief_and_table"] = str(exc)
+emit()
+"""
+
+
+@pytest.mark.sim
+def test_the_real_adapters_semantics_on_two_ranks(tmp_path):
+    rank0, rank1 = run_script(tmp_path, TF1_SEMANTICS, ranks=2)
+    for r in (rank0, rank1):
+        assert r["float64"] == "TypeError"  # HcomAllReduce's registered dtypes
+        assert r["grad"] == [2.0, 2.0]  # the gradient of a sum over ranks is the upstream summed
+        assert r["broadcast_list"] == ["list", 2] and r["broadcast"] == [[2.0, 2.0], [14]]
+        assert r["sparse_type"] == "IndexedSlices" and r["sparse"] == [[[0.5, 0.5], [1.0, 1.0]], [0, 1]]
+        assert r["hook_root_none"] == "TypeError"
+        assert r["owners"] == [0, 1]
+        # a (rank 0's share) and b (rank 1's, which starts at 20 there) each updated by its owner with the
+        # mean gradient, then broadcast from it
+        assert r["sharded"] == [[1.0 - 1.5], [20.0 - 4.5, 0.0 - 4.5]]
+        assert r["too_few_gradients"] == "ValueError" and r["no_device_id"] == "ValueError"
+        assert r["moving_mean"] == [0.0, 0.0]
+        assert r["both_sizes"] == "ValueError"
+    rank0, rank1 = run_script(tmp_path, TF2_SEMANTICS, ranks=2)
+    for r in (rank0, rank1):
+        assert r["from_rank"] == 0.0  # broadcast_keras_model sends from rank 0 whatever root it is given
+        assert r["float64"] == "TypeError"
+        assert "CM_CHIEF_PORT" in r["chief_without_port"]
+        assert "cannot be configured at the same time" in r["chief_and_table"]

@@ -79,3 +79,36 @@ def warn_if_list_dropped(function_name: str, argument, what: str) -> None:
         dropped = "anything the caller meant to keep was dropped"
     warn_pitfall("hooks-tuple", f"{function_name}() was given {type(argument).__name__} instead of a "
                                 f"list, so it started a new list and {dropped}; pass a list")
+
+
+class SimulatorCannotRun(NotImplementedError):
+    """An adapter API whose work only an Ascend chip does (an NPU kernel, profiling, shared device
+    memory): the stand-in says so in one line rather than pretend."""
+
+
+def cannot_run(api: str, why: str):
+    """The one-line error of an API the simulator does not reproduce."""
+    return SimulatorCannotRun(f"{api}: {why}; the simulator cannot run it on the CPU")
+
+
+class GeneratedOps:
+    """Stands for the adapter's generated op library (``helper.get_gen_ops()``, ``npu.gen_npu_ops``).
+
+    The ops with a CPU equivalent are given as keyword functions; any other op is an NPU kernel and
+    calling it raises :class:`SimulatorCannotRun` naming it (never an AttributeError).
+    """
+
+    def __init__(self, owner: str, **cpu_ops):
+        self._owner = owner
+        self.__dict__.update(cpu_ops)
+
+    def __getattr__(self, op_name):
+        if op_name.startswith("__"):
+            raise AttributeError(op_name)
+        api = f"{self._owner}.{op_name}"
+
+        def npu_kernel(*args, **kwargs):
+            raise cannot_run(api, "an NPU kernel with no CPU version")
+
+        npu_kernel.__name__ = op_name
+        return npu_kernel

@@ -5,37 +5,37 @@ Like the real API, every query raises ValueError until collective communication 
 is ``hccl_world_group``; creating other groups is not simulated.
 """
 
-from npu_migrate_nb.sim import comm
+from npu_migrate_nb.sim import comm as _comm
 
-WORLD_GROUP = "hccl_world_group"
+_WORLD_GROUP = "hccl_world_group"
 
 
 def _check(group):
-    if not comm.is_initialized():
+    if not _comm.is_initialized():
         raise ValueError("collective communication is not initialised: call npu.open().as_default() "
                          "(TF2) or init_resource() (TF1) first, with RANK_SIZE and RANK_ID set")
-    if group != WORLD_GROUP:
-        raise ValueError(f"group {group!r} does not exist; the simulator has only {WORLD_GROUP!r}")
+    if group != _WORLD_GROUP:
+        raise ValueError(f"group {group!r} does not exist; the simulator has only {_WORLD_GROUP!r}")
 
 
-def get_rank_size(group=WORLD_GROUP):
+def get_rank_size(group=_WORLD_GROUP):
     _check(group)
-    return comm.size()
+    return _comm.size()
 
 
-def get_rank_id(group=WORLD_GROUP):
+def get_rank_id(group=_WORLD_GROUP):
     _check(group)
-    return comm.rank()
+    return _comm.rank()
 
 
-def get_local_rank_size(group=WORLD_GROUP):
+def get_local_rank_size(group=_WORLD_GROUP):
     _check(group)
-    return comm.size()  # every simulated rank lives on this one host
+    return _comm.size()  # every simulated rank lives on this one host
 
 
-def get_local_rank_id(group=WORLD_GROUP):
+def get_local_rank_id(group=_WORLD_GROUP):
     _check(group)
-    return comm.local_rank()
+    return _comm.local_rank()
 
 
 def get_world_rank_from_group_rank(group, group_rank_id):

@@ -1,21 +1,24 @@
 """Stand-in for ``npu_device.distribute.hccl``: the TF2 distribute APIs.
 
 Every API is a silent no-op (input returned unchanged) unless ``npu.open().as_default()`` made a
-cluster worker the global context. Where the stand-in differs: one call is one fused collective
-(the real one issues one HCCL op per value, fused on the chip), eager calls run eagerly instead of
-through a tf.function, and IndexedSlices are densified.
+cluster worker the global context. As on the chip, values go through the HCCL all-reduce one by
+one: its dtypes only (no float64), an ``IndexedSlices`` densified by the op's input conversion,
+"mean" as the sum times 1/N (integers: divided by N). Where the stand-in differs: one call is one
+fused collective (the real one issues one HCCL op per value, fused on the chip), and eager calls
+run eagerly instead of through a tf.function.
 """
 
-import logging
-
 import tensorflow as tf
+from absl import logging
 
-from npu_migrate_nb.sim import comm
-from npu_migrate_nb.sim.adapter import warn_if_list_dropped
-from npu_device.npu_device import global_npu_ctx
+from npu_migrate_nb.sim import comm as _comm
+from npu_migrate_nb.sim import float_status as _float_status
+from npu_migrate_nb.sim.adapter import warn_if_list_dropped as _warn_if_list_dropped
+from npu_bridge.hccl import hccl_ops as _tf1_hccl_ops
+from npu_device.distribute import hccl_ops
 from npu_device.distribute.npu_callbacks import NPUBroadcastGlobalVariablesCallback
-
-logger = logging.getLogger("npu_migrate_nb.sim")
+from npu_device.npu_device import global_npu_ctx
+from npu_device.npu_device import npu_compat_function
 
 _WORLD = "hccl_world_group"
 _REDUCTIONS = ("mean", "sum", "max", "min", "prod")
@@ -45,16 +48,16 @@ def _check(reduction, group):
         raise ValueError(f"group {group!r} is not simulated; use {_WORLD!r}")
 
 
-def _dense(value):
-    return tf.convert_to_tensor(value) if isinstance(value, tf.IndexedSlices) else value
+def _hccl_input(value):
+    return _tf1_hccl_ops._checked_tensor(value, _tf1_hccl_ops._REDUCE_TYPES, "HcomAllReduce")
 
 
 def _all_reduce(values, reduction, fusion, fusion_id, group):
-    """Sum (or max/min/prod) over ranks; "mean" is sum times 1/N (integers: divided by N)."""
     workers_num = global_npu_ctx().workers_num
     mean = reduction == "mean"
-    op = "sum" if mean else reduction
-    reduced = comm.all_reduce([_dense(v) for v in values], op, scale=1.0 / workers_num if mean else None)
+    tensors = [_hccl_input(v) for v in values]
+    _float_status.offer(tensors)
+    reduced = _comm.all_reduce(tensors, "sum" if mean else reduction, scale=1.0 / workers_num if mean else None)
     if mean:
         reduced = [r if r.dtype.is_floating else tf.divide(r, tf.cast(workers_num, r.dtype)) for r in reduced]
     return reduced
@@ -63,7 +66,7 @@ def _all_reduce(values, reduction, fusion, fusion_id, group):
 def all_reduce(values, reduction="mean", fusion=1, fusion_id=-1, group="hccl_world_group"):
     """All-reduce a value or a list/tuple of values (None entries keep their place)."""
     if not _live():
-        logger.info("Skip all reduce as current process is not npu cluster worker")
+        logging.info("Skip all reduce as current process is not npu cluster worker")
         return values
     _check(reduction, group)
     is_list_value = isinstance(values, (list, tuple))
@@ -77,14 +80,15 @@ def all_reduce(values, reduction="mean", fusion=1, fusion_id=-1, group="hccl_wor
 def broadcast(values, root_rank=0, fusion=2, fusion_id=0, group="hccl_world_group"):
     """Assign every variable in ``values`` its value on ``root_rank``, in place; returns None."""
     if not _live():
-        logger.info("Skip broadcast as current process is not npu cluster worker")
+        logging.info("Skip broadcast as current process is not npu cluster worker")
         return
     if group != _WORLD:
         raise ValueError(f"group {group!r} is not simulated; use {_WORLD!r}")
+    _tf1_hccl_ops._check_int(root_rank, "root_rank")
     variables = list(values) if isinstance(values, (list, tuple)) else [values]
     if not variables:
         return
-    comm.broadcast_variables(variables, root_rank)
+    _comm.broadcast_variables(variables, root_rank)
 
 
 def npu_distributed_keras_optimizer_wrapper(optimizer, reduce_reduction="mean", fusion=1, fusion_id=-1,
@@ -104,7 +108,7 @@ def npu_distributed_keras_optimizer_wrapper(optimizer, reduce_reduction="mean", 
 
 def npu_callbacks_append(callbacks_list=()):
     """Append the (defective) TF2 ``NPUBroadcastGlobalVariablesCallback(0)``; same list defect as TF1."""
-    warn_if_list_dropped("npu_callbacks_append", callbacks_list, "callbacks")
+    _warn_if_list_dropped("npu_callbacks_append", callbacks_list, "callbacks")
     if not isinstance(callbacks_list, list):
         callbacks_list = []
     callbacks_list.append(NPUBroadcastGlobalVariablesCallback(0))

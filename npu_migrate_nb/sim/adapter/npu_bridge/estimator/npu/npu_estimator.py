@@ -13,6 +13,7 @@ from tensorflow.python.util import function_utils
 
 from npu_bridge.estimator.npu.npu_config import NPURunConfig
 from npu_bridge.estimator.npu.npu_hook import NPUBroadcastGlobalVariablesHook
+from npu_bridge.estimator.npu import util as util_lib
 
 
 class NPUEstimatorSpec(tf.estimator.EstimatorSpec):
@@ -31,7 +32,7 @@ class NPUEstimatorSpec(tf.estimator.EstimatorSpec):
 
 
 def _needs_broadcast_hook(config):
-    rank_size = os.getenv("RANK_SIZE")
+    rank_size = util_lib.get_ranksize()
     return rank_size is not None and rank_size.isdigit() and int(rank_size) > 1 and not getattr(config, "horovod_mode", False)
 
 

@@ -1,0 +1,1 @@
+"""Stand-in for ``npu_bridge.npu_cpu``."""

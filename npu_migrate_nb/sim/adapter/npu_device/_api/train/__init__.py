@@ -1,0 +1,3 @@
+"""Stand-in for ``npu_device._api.train``: what ``npu.train`` gives."""
+
+from . import optimizer
