@@ -260,19 +260,20 @@ def _steps(facts: NotebookFacts, context: Context) -> Dict[str, str]:
 
 
 def distributed_flag_optimizers(facts: NotebookFacts) -> List[CallSite]:
-    """``NPUOptimizer(...)`` and ``NPULossScaleOptimizer(...)`` calls, in notebook order."""
+    """``NPUOptimizer(...)`` calls, in notebook order."""
     return [site for _, _, site in facts.calls_to(*K.DISTRIBUTED_FLAG_OPTIMIZERS)]
 
 
 def is_distributed_argument(facts: NotebookFacts, site: CallSite) -> Optional[ast.expr]:
     """The ``is_distributed`` argument of an NPUOptimizer/NPULossScaleOptimizer call, or None."""
-    position = K.DISTRIBUTED_FLAG_OPTIMIZERS.get(facts.resolve(site.dotted))
+    resolved = facts.resolve(site.dotted)
+    position = K.DISTRIBUTED_FLAG_OPTIMIZERS.get(resolved, K.LOSS_SCALE_OPTIMIZERS.get(resolved))
     return None if position is None else site.argument(position, "is_distributed")
 
 
 def sets_is_distributed(facts: NotebookFacts, site: CallSite) -> bool:
-    """Does this unified optimizer all-reduce its gradients? Only with ``is_distributed`` given and
-    not a false constant (an expression such as ``rank_size > 1`` is taken as meant for distribution)."""
+    """Is ``is_distributed`` given and not a false constant (an expression such as ``rank_size > 1`` is
+    taken as meant for distribution)?"""
     value = is_distributed_argument(facts, site)
     if value is None:
         return False

@@ -127,12 +127,18 @@ ALLREDUCE_FORMS = frozenset(
         "npu_device.distribute.npu_distributed_keras_optimizer_wrapper",
     }
 )
-# The unified optimizers aggregate gradients only when given ``is_distributed=True`` (the default
-# is False): (canonical name, position of ``is_distributed``). Both take ``opt`` first.
+# The unified NPUOptimizer aggregates gradients only when given ``is_distributed=True`` (the default
+# is False): (canonical name, position of ``is_distributed``).
 DISTRIBUTED_FLAG_OPTIMIZERS = {
     "npu_bridge.NPUOptimizer": 2,  # (opt, loss_scale_manager=None, is_distributed=False, ...)
+}
+# Loss-scale optimizers are NOT gradient aggregation: with ``is_distributed=True`` the TF1 one
+# all-reduces only the overflow status (so that every rank skips the same steps); the gradients go to
+# the optimizer it wraps as they are. The TF2 one sums the status over ranks by itself.
+LOSS_SCALE_OPTIMIZERS = {
     "npu_bridge.NPULossScaleOptimizer": 2,  # (opt, loss_scale_manager, is_distributed=False)
 }
+TF2_LOSS_SCALE_OPTIMIZERS = frozenset({"npu_device.train.optimizer.NpuLossScaleOptimizer"})
 SHARD_AND_REBATCH = "npu_device.distribute.shard_and_rebatch_dataset"
 TF2_BROADCAST_CALLBACKS = frozenset(
     {

@@ -11,6 +11,7 @@ from .every_rank_writes import EveryRankWrites
 from .hooks_tuple import HooksTuple
 from .not_data_parallel import NotDataParallel
 from .horovod_leftover import HorovodLeftover
+from .loss_scale_not_distributed import LossScaleNotDistributed
 from .open_without_as_default import OpenWithoutAsDefault
 from .rank_dependent_steps import RankDependentSteps
 from .rank_from_hccl_too_early import RankFromHcclTooEarly
@@ -28,6 +29,7 @@ RULE_CLASSES = (
     TfDistributeLeftover,
     MissingBroadcast,
     MissingAllreduce,
+    LossScaleNotDistributed,
     MissingShard,
     HooksTuple,
     OpenWithoutAsDefault,

@@ -65,11 +65,13 @@ class MissingAllreduce(Rule):
         "    train_op = optimizer.minimize(loss, global_step=tf.train.get_global_step())\n"
         "    return NPUEstimatorSpec(mode=mode, loss=loss, train_op=train_op)\n"
         "estimator = NPUEstimator(model_fn=model_fn)\n",
-        # NPULossScaleOptimizer from its own module, is_distributed given by position.
+        # Loss scaling as distributed on the cards: the aggregating wrapper inside, the loss-scale
+        # optimizer (which all-reduces only the overflow status) outside.
         "import tensorflow as tf\n"
+        "from npu_bridge.npu_init import *\n"
         "from npu_bridge.estimator.npu.npu_loss_scale_optimizer import NPULossScaleOptimizer\n"
         "from npu_bridge.estimator.npu.npu_loss_scale_manager import FixedLossScaleManager\n"
-        "optimizer = tf.train.MomentumOptimizer(0.01, 0.9)\n"
+        "optimizer = npu_distributed_optimizer_wrapper(tf.train.MomentumOptimizer(0.01, 0.9))\n"
         "optimizer = NPULossScaleOptimizer(optimizer, FixedLossScaleManager(2 ** 10), True)\n"
         "train_op = optimizer.minimize(loss)\n"
         "with tf.Session() as sess:\n"
@@ -158,20 +160,23 @@ class MissingAllreduce(Rule):
             "estimator = NPUEstimator(model_fn=model_fn)\n",
             adapter="npu_bridge",
         ),
-        # NPULossScaleOptimizer with is_distributed=False, the optimizer it wraps created before it.
+        # A loss-scale optimizer is not gradient aggregation, even with is_distributed=True (it
+        # all-reduces the overflow status only): the optimizer it wraps is wrapped where it is created.
         Example(
             "import tensorflow as tf\n"
             "from npu_bridge.estimator.npu.npu_loss_scale_optimizer import NPULossScaleOptimizer\n"
             "from npu_bridge.estimator.npu.npu_loss_scale_manager import FixedLossScaleManager\n"
             "optimizer = tf.train.MomentumOptimizer(0.01, 0.9)\n"
-            "optimizer = NPULossScaleOptimizer(optimizer, FixedLossScaleManager(2 ** 10), is_distributed=False)\n"
+            "optimizer = NPULossScaleOptimizer(optimizer, FixedLossScaleManager(2 ** 10), is_distributed=True)\n"
             "train_op = optimizer.minimize(loss)\n"
             "with tf.Session() as sess:\n"
             "    sess.run(train_op)\n",
+            "from npu_bridge.npu_init import *\n"
             "import tensorflow as tf\n"
             "from npu_bridge.estimator.npu.npu_loss_scale_optimizer import NPULossScaleOptimizer\n"
             "from npu_bridge.estimator.npu.npu_loss_scale_manager import FixedLossScaleManager\n"
             "optimizer = tf.train.MomentumOptimizer(0.01, 0.9)\n"
+            "optimizer = npu_distributed_optimizer_wrapper(optimizer)\n"
             "optimizer = NPULossScaleOptimizer(optimizer, FixedLossScaleManager(2 ** 10), is_distributed=True)\n"
             "train_op = optimizer.minimize(loss)\n"
             "with tf.Session() as sess:\n"
@@ -441,7 +446,7 @@ class MissingAllreduce(Rule):
             "computation was recognized"
         )
 
-    # -- NPUOptimizer / NPULossScaleOptimizer: all-reduce only with is_distributed=True
+    # -- NPUOptimizer: all-reduces only with is_distributed=True
     def _set_is_distributed(self, context) -> Iterator[Finding]:
         for cell, facts, site in context.facts.calls_to(*K.DISTRIBUTED_FLAG_OPTIMIZERS):
             value = is_distributed_argument(context.facts, site)
@@ -709,8 +714,9 @@ def _created_before(context, name: str, agent):
 
 
 def _given_to_flag_optimizers(context) -> set:
-    """The optimizers given to NPUOptimizer/NPULossScaleOptimizer: their constructor calls (by id)
-    and the (function, name) they are bound to."""
+    """The optimizers given to NPUOptimizer (its fix sets is_distributed=True): their constructor
+    calls (by id) and the (function, name) they are bound to. Those given to a loss-scale optimizer
+    are wrapped like any other: it does not aggregate gradients."""
     given: set = set()
     for _, _, site in context.facts.calls_to(*K.DISTRIBUTED_FLAG_OPTIMIZERS):
         inner = site.argument(0, "opt")
