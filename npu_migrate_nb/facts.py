@@ -394,6 +394,8 @@ _CANONICAL_PREFIXES = (
     ("horovod.tensorflow.keras.", "horovod."),
     ("horovod.tensorflow.", "horovod."),
     ("horovod.keras.", "horovod."),
+    ("npu_device.compat.v1.npu_init.", "npu_bridge."),  # the TF2 adapter's copy of npu_bridge
+    ("npu_device.compat.v1.", "npu_bridge."),
     ("npu_bridge.npu_init.", "npu_bridge."),
     ("npu_bridge.estimator.npu.npu_config.", "npu_bridge."),
     ("npu_bridge.estimator.npu.npu_estimator.", "npu_bridge."),

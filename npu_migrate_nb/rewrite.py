@@ -187,11 +187,12 @@ def fix_cell(notebook: Notebook, analysis: Analysis, index: int, codes: Optional
 
 
 def _setup_lines_for_a_later_cell(anchor_facts, anchor, setup_edits: Sequence[Edit]) -> List[str]:
-    from .rules.setup import BRIDGE_STAR_IMPORT
+    from .rules.setup import BRIDGE_STAR_IMPORTS
 
     lines = [line for edit in setup_edits for line in edit.code.splitlines()]
-    if BRIDGE_STAR_IMPORT in lines and isinstance(anchor, (ast.Import, ast.ImportFrom)):
-        lines.insert(lines.index(BRIDGE_STAR_IMPORT) + 1, anchor_facts.segment(anchor))
+    star = next((line for line in lines if line in BRIDGE_STAR_IMPORTS), None)
+    if star is not None and isinstance(anchor, (ast.Import, ast.ImportFrom)):
+        lines.insert(lines.index(star) + 1, anchor_facts.segment(anchor))
     return lines
 
 

@@ -13,7 +13,8 @@ ranks run in (TF1: ``tf.compat.v1.disable_v2_behavior()`` and ``import tensorflo
 4. it imports TensorFlow only as ``tensorflow.compat.v1`` and calls TF1's API with it (sessions,
    placeholders, ``tf.train`` optimizers), which TensorFlow 2 runs only in graph mode: TF1 (beside a
    plain ``import tensorflow``, as TensorFlow's migration guides write, it is a compat.v1 part);
-5. it imports the TF1 adapter (``npu_bridge``, as the vendor's tool leaves TF1 scripts): TF1;
+5. it imports the TF1 adapter (``npu_bridge``, as the vendor's tool leaves TF1 scripts), or calls
+   its API bare, and does not import the TF2 one: TF1;
 6. it trains only Estimators, with no eager-only code (``.numpy()``): TF1, where Ascend runs
    Estimators (the TF1 adapter's NPUEstimator and hooks, on TensorFlow 1.15);
 7. otherwise TF2; a ``tf.compat.v1`` part (an Estimator, a ``tf.compat.v1.Session`` under
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 from typing import Iterator, Optional, Tuple
 
 from . import knowledge as K
-from .facts import CallSite, CellFacts, NotebookFacts
+from .facts import NPU_BRIDGE_NAMES, CallSite, CellFacts, NotebookFacts
 
 TF1, TF2 = "tf1", "tf2"
 
@@ -63,8 +64,13 @@ def tensorflow_mode(facts: NotebookFacts, frameworks=()) -> Mode:
         cell, site = found
         return Mode(TF1, f"it imports TensorFlow only as tensorflow.compat.v1 and calls TF1's API with it "
                          f"({_callee(site)}, cell {cell}), which runs only in graph mode", cell)
-    if facts.imports_module("npu_bridge") and not facts.imports_module("npu_device"):
-        return Mode(TF1, "it imports the TF1 adapter (npu_bridge)")
+    if not facts.imports_module("npu_device"):
+        if facts.imports_module("npu_bridge"):
+            return Mode(TF1, "it imports the TF1 adapter (npu_bridge)")
+        found = _first(facts, (entry for entry in facts.calls(*NPU_BRIDGE_NAMES) if entry[2].dotted in NPU_BRIDGE_NAMES))
+        if found:
+            cell, site = found
+            return Mode(TF1, f"it calls the TF1 adapter's {site.dotted} (cell {cell})", cell)
     if list(frameworks) == ["estimator"]:
         eager = _first(facts, facts.calls("numpy"))
         if eager is None:

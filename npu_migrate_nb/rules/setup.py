@@ -84,9 +84,9 @@ def setup_lines(context, needs: AbstractSet[str], cells=None) -> List[str]:
     if NEEDS_OS in needs and not any(fact.local == "os" and fact.module == "os" for fact in imports):
         lines.append("import os")
     if NEEDS_NPU_BRIDGE in needs and not any(
-        fact.local == "*" and fact.module.startswith("npu_bridge") for fact in imports
+        fact.local == "*" and fact.module.startswith(BRIDGE_STAR_MODULES) for fact in imports
     ):
-        lines.append(BRIDGE_STAR_IMPORT)
+        lines.append(bridge_star_import(context))
     if NEEDS_NPU_DEVICE in needs:
         if not any(fact.module == "npu_device" for fact in imports):
             lines.append(f"import npu_device as {context.npu}")
@@ -96,6 +96,15 @@ def setup_lines(context, needs: AbstractSet[str], cells=None) -> List[str]:
 
 
 BRIDGE_STAR_IMPORT = "from npu_bridge.npu_init import *"
+# On TensorFlow 2 the TF1 adapter's API is the TF2 adapter's copy of it (the build copies npu_bridge
+# there; npu_bridge itself exists only on TensorFlow 1.15): a TF1 part of TF2 code uses that one.
+TF2_BRIDGE_STAR_IMPORT = "from npu_device.compat.v1.npu_init import *"
+BRIDGE_STAR_IMPORTS = (BRIDGE_STAR_IMPORT, TF2_BRIDGE_STAR_IMPORT)
+BRIDGE_STAR_MODULES = ("npu_bridge", "npu_device.compat.v1")
+
+
+def bridge_star_import(context) -> str:
+    return BRIDGE_STAR_IMPORT if context.tf1 else TF2_BRIDGE_STAR_IMPORT
 
 
 def setup_plan(context, needs: AbstractSet[str], module: Optional[int] = None) -> Optional[Tuple[int, object, ast.AST, List[Edit]]]:
@@ -113,7 +122,7 @@ def setup_plan(context, needs: AbstractSet[str], module: Optional[int] = None) -
     if anchor is None:
         return None
     cell, facts, stmt, where = anchor
-    before = [line for line in lines if line == BRIDGE_STAR_IMPORT and where == "after"]
+    before = [line for line in lines if line in BRIDGE_STAR_IMPORTS and where == "after"]
     after = [line for line in lines if line not in before]
     edits = []
     if before:
