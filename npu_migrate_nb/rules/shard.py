@@ -89,6 +89,16 @@ class MissingShard(Rule):
     ]
 
     INVALID = [
+        # A global batch of 1 (TensorFlow's migration guides) cannot be split: shard, keep the batch.
+        Example(
+            "import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\n"
+            "dataset = tf.data.Dataset.from_tensor_slices((features, labels)).batch(1)\n"
+            "model.compile(optimizer='sgd', loss='mse')\nmodel.fit(dataset)\n",
+            "import tensorflow as tf\nimport os\nimport npu_device as npu\nnpu.open().as_default()\n"
+            "dataset = tf.data.Dataset.from_tensor_slices((features, labels)).shard(int(os.getenv('RANK_SIZE', '1')), "
+            "int(os.getenv('RANK_ID', '0'))).batch(1)\n"
+            "model.compile(optimizer='sgd', loss='mse')\nmodel.fit(dataset)\n",
+        ),
         # A time series made into windows: the windows are the samples, so the shard comes after them
         # (before, each rank would get every other time step).
         Example(
@@ -375,6 +385,14 @@ class MissingShard(Rule):
         same_on_every_rank = _rank_free_shard_in(context, source)
         if same_on_every_rank is not None:
             return self._shard_by_rank(context, cell, facts, same_on_every_rank, batch)
+        if batch is not None and int_literal(_batch_argument(batch)) == 1:
+            return self.finding(  # nothing to split: each rank reads its own samples, one a step
+                cell, facts, source.node,
+                "every rank reads the same data: add .shard(RANK_SIZE, RANK_ID) right after the source; its global "
+                "batch of 1 cannot be split, so each rank reads one sample a step and a step trains on RANK_SIZE "
+                "samples (scale the learning rate or the steps where the single-card math matters)",
+                _env_shard(cell, facts, source, None),
+            )
         edits = None
         if not context.tf1 and batch is not None:
             edits = _shard_and_rebatch(context, cell, facts, source, batch)
