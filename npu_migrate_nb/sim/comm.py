@@ -859,19 +859,42 @@ def _require_init() -> None:
 
 # --------------------------------------------------------------------------- TensorFlow layer
 
-# graph -> {(chain, control-flow context id): last collective op}
+# graph -> {(chain, control-flow context id): [(the placeholders it is fed from, collective op)]}
 _chains: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def _chain_dependencies(graph, chain: str) -> list:
-    key = (chain, id(graph._get_control_flow_context()))
-    previous = _chains.get(graph, {}).get(key)
-    return [previous] if previous is not None else []
+def _chain_dependencies(graph, chain: str, feeds: frozenset) -> list:
+    """The chain's last op that runs with this one: fed from the same placeholders (or, both fed from
+    none, from the graph itself). A TF1 graph holds the training of several models, each run by a
+    session call of its own (Keras' train functions): a control dependency on another model's
+    collective would run it again, and ask for its inputs."""
+    for previous_feeds, op in reversed(_chains.get(graph, {}).get((chain, id(graph._get_control_flow_context())), [])):
+        if previous_feeds & feeds or not (previous_feeds or feeds):
+            return [op]
+    return []
 
 
-def _remember(graph, chain: str, op) -> None:
+def _remember(graph, chain: str, feeds: frozenset, op) -> None:
     key = (chain, id(graph._get_control_flow_context()))
-    _chains.setdefault(graph, {})[key] = op
+    _chains.setdefault(graph, {}).setdefault(key, []).append((feeds, op))
+
+
+def _placeholders_feeding(tensors) -> frozenset:
+    """The Placeholder ops the tensors are computed from (a tf.function's arguments and captures, a
+    TF1 graph's inputs)."""
+    seen, found = set(), set()
+    pending = [getattr(t, "op", t) for t in tensors]
+    while pending:
+        op = pending.pop()
+        if op is None or op.name in seen:
+            continue
+        seen.add(op.name)
+        if op.type == "Placeholder":
+            found.add(op.name)
+            continue
+        pending.extend(tensor.op for tensor in op.inputs)
+        pending.extend(op.control_inputs)
+    return frozenset(found)
 
 
 def _in_graph() -> bool:
@@ -888,19 +911,22 @@ def _graph_collective(kind: str, tensors: list, numpy_fn: Callable) -> list:
                                  stateful=True, name=kind)
         return list(outs) if isinstance(outs, (list, tuple)) else [outs]
 
-    outs = _chained(kind, build)
+    outs = _chained(kind, build, tensors)
     for out, t in zip(outs, tensors):
         out.set_shape(t.shape)
     return outs
 
 
-def _chained(chain: str, build: Callable[[], list]) -> list:
-    """Build one collective op with a control dependency on the chain's previous one."""
+def _chained(chain: str, build: Callable[[], list], inputs: list) -> list:
+    """Build one collective op with a control dependency on the chain's previous one that runs
+    with it (``inputs``: what it is computed from)."""
     import tensorflow as tf
     graph = tf.compat.v1.get_default_graph()
-    with tf.control_dependencies(_chain_dependencies(graph, chain)):
+    # A tf.function runs whole each call: everything in it is chained, whatever feeds it.
+    feeds = frozenset() if graph.building_function else _placeholders_feeding(inputs)
+    with tf.control_dependencies(_chain_dependencies(graph, chain, feeds)):
         outs = build()
-    _remember(graph, chain, getattr(outs[0], "op", outs[0]))  # a tensor's op, or the op itself
+    _remember(graph, chain, feeds, getattr(outs[0], "op", outs[0]))  # a tensor's op, or the op itself
     return outs
 
 
@@ -996,7 +1022,7 @@ def all_reduce(values: Sequence, op: str = "sum", scale: Optional[float] = None,
         if native is not None:
             return _chained("all_reduce", lambda: list(native.ops.npu_sim_all_reduce(
                 tensors, reduction=op, scale=1.0 if scale is None else scale,
-                divisor=1.0 if divisor is None else divisor, name="all_reduce")))
+                divisor=1.0 if divisor is None else divisor, name="all_reduce")), tensors)
         return _graph_collective("all_reduce", tensors, numpy_fn)
     return [_eager_tensor(a) for a in numpy_fn([_eager_array(t) for t in tensors])]
 
@@ -1015,7 +1041,7 @@ def broadcast(values: Sequence, root: int = 0) -> list:
         native = _native_broadcast_for(tensors, root)
         if native is not None:
             return _chained("broadcast", lambda: list(native.ops.npu_sim_broadcast(tensors, root=root,
-                                                                                   name="broadcast")))
+                                                                                   name="broadcast")), tensors)
         return _graph_collective("broadcast", tensors, numpy_fn)
     arrays = [_eager_array(t) for t in tensors]
     received = numpy_fn(arrays)
@@ -1075,9 +1101,9 @@ def broadcast_variables(variables: Sequence, root: int = 0):
         listed = _eager_variable_list(native, variables)
         if listed is not None:
             return _chained("broadcast", lambda: [native.ops.npu_sim_broadcast_variable_list(
-                listed, root=root, name="broadcast_variables")])[0]
+                listed, root=root, name="broadcast_variables")], [])[0]
         return _chained("broadcast", lambda: [native.ops.npu_sim_broadcast_variables(
-            [v.handle for v in variables], root=root, name="broadcast_variables")])[0]
+            [v.handle for v in variables], root=root, name="broadcast_variables")], [v.handle for v in variables])[0]
     received = broadcast([v.value() if hasattr(v, "value") else v for v in variables], root)
     if rank() == root:
         return None if tf.executing_eagerly() else tf.group(*received)
