@@ -112,12 +112,25 @@ def _libmpi_path() -> str:
     raise RuntimeError("mpi4py's MPI library is not loaded in this process")
 
 
+def _tensorflow_flags(tf) -> list:
+    """``tf.sysconfig``'s compile and link flags, pointing at the TensorFlow package. It finds its
+    headers and library beside ``import tensorflow``'s module, which in the simulator's TF1 mode is
+    ``tf.compat.v1`` (``tensorflow/_api/v2/compat/v1``): there they are not, and the kernel failed to
+    build, leaving TF1 graphs on the slower numpy_function path."""
+    import importlib
+
+    package = os.path.dirname(os.path.dirname(importlib.import_module("tensorflow.python").__file__))
+    seen_from = os.path.dirname(tf.__file__)
+    flags = [*tf.sysconfig.get_compile_flags(), *tf.sysconfig.get_link_flags()]
+    return [flag.replace(seen_from, package) for flag in flags]
+
+
 def built_library(tf) -> Path:
     """Path of the compiled kernel, building it first when this machine has none for this source."""
     compiler = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
     if not compiler:
         raise RuntimeError("no C++ compiler (g++) to build it")
-    flags = ["-shared", "-fPIC", "-O3", *tf.sysconfig.get_compile_flags(), *tf.sysconfig.get_link_flags()]
+    flags = ["-shared", "-fPIC", "-O3", *_tensorflow_flags(tf)]
     key = hashlib.sha256(SOURCE.read_bytes() + " ".join([tf.__version__, compiler, *flags]).encode()).hexdigest()
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "npu_migrate_nb"
     target = cache / f"native_all_reduce-{key[:16]}.so"
