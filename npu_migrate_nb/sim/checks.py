@@ -588,3 +588,29 @@ def _reduction_hint(factor: float, size: int, which: str = "the updates were") -
             "averaged over the rank's batch, \"sum\" for a loss divided by the global batch), the learning rate, "
             "the number of steps, and random ops in the training step (the comparison holds only Keras random "
             "layers and tf.nn.dropout fixed)")
+
+
+# ------------------------------------------------------------------------------ files written twice
+
+
+def file_clashes(records: Records, size: int) -> List[dict]:
+    """The files several ranks wrote in the same cell: ``{"path", "ranks", "api", "cell"}``, in the
+    order first written. On one server the ranks share a disk, and race on such a file."""
+    writers: Dict[tuple, dict] = {}
+    for rank in range(size):
+        for record in records.get(rank, []):
+            if record["kind"] != "write":
+                continue
+            key = (record["cell"], record["path"])
+            entry = writers.setdefault(key, {"path": record["path"], "ranks": [], "api": record["source"],
+                                             "cell": record["cell"], "seq": record["seq"]})
+            if rank not in entry["ranks"]:
+                entry["ranks"].append(rank)
+    clashes = sorted((entry for entry in writers.values() if len(entry["ranks"]) > 1), key=lambda e: e["seq"])
+    return [{key: value for key, value in entry.items() if key != "seq"} for entry in clashes]
+
+
+def clash_text(clash: dict) -> str:
+    ranks = ",".join(map(str, clash["ranks"]))
+    return (f"ranks {ranks} all wrote {clash['path']} ({clash['api']}, cell {clash['cell']}): on one server the "
+            "ranks share a disk and race on its files; write it on rank 0 only (every-rank-writes)")

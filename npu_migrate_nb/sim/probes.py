@@ -539,7 +539,25 @@ def _make_fit_callback(model):
             if self._started:
                 _record_model_weights("end", model, steps=_read_counter(getattr(model, "_train_counter", None)))
 
-    return ProbeCallback()
+    if tf.compat.v1.executing_eagerly_outside_functions():
+        return ProbeCallback()
+
+    class GraphProbeCallback(ProbeCallback):
+        """TF1 Keras (graph mode: ``training_v1``'s loops) builds its train function before any
+        callback runs and calls it from a local: the wrapper above never sees it. These loops call
+        every callback at every batch anyway, so batch hooks cost nothing more: the start is read at
+        the first batch's begin (after every broadcast callback's, as this callback comes last), the
+        first update's result at the second's."""
+
+        def on_train_batch_begin(self, batch, logs=None):
+            if not self._started:
+                if _model_has_variables(model):
+                    self._start(after_first_step=False)
+            elif not getattr(self, "_step1_read", False):
+                self._step1_read = True
+                _record_model_weights("step1", model)
+
+    return GraphProbeCallback()
 
 
 def _model_has_variables(model) -> bool:
@@ -808,6 +826,7 @@ class _LoopTracker:
         read = arrays if kept is None else lambda: kept
         if not self._started:
             self._started = True
+            _record_session_feed()
             record_weights("start", "optimizer step", [v.name for v in variables], read())
         elif self._steps == OBSERVED_STEPS:  # the last step a TF2 function lets the probe see
             record_weights("step1", "optimizer step", [v.name for v in variables], read())
@@ -876,6 +895,41 @@ def _wrap_apply_gradients(original):
     return apply_gradients
 
 
+# The arrays the session call running now was fed (a TF1 loop's batches, ``feed_dict``): set by the
+# main thread around ``Session.run``, read by the step probe, which runs in an executor thread.
+_session_feed: Optional[dict] = None
+
+
+def _wrap_session_run(original):
+    @functools.wraps(original)
+    def run(self, fetches, feed_dict=None, *args, **kwargs):
+        global _session_feed
+        if not feed_dict:
+            return original(self, fetches, feed_dict, *args, **kwargs)
+        _session_feed = feed_dict
+        try:
+            return original(self, fetches, feed_dict, *args, **kwargs)
+        finally:
+            _session_feed = None
+
+    run._npu_probe = True
+    return run
+
+
+def _record_session_feed() -> None:
+    """The first training step's fed arrays, as its input (in the order of the placeholders' names)."""
+    feed = _session_feed
+    if not feed:
+        return
+    try:
+        arrays = [np.asarray(value) for _, value in sorted(feed.items(), key=lambda item: getattr(item[0], "name", ""))]
+    except Exception:
+        return
+    arrays = [a for a in arrays if a.ndim > 0 and a.dtype != object]
+    if arrays:
+        record_input("session feed_dict", arrays)
+
+
 def _wrap_dataset_iter(original):
     @functools.wraps(original)
     def __iter__(self):
@@ -911,9 +965,19 @@ def install(seed: Optional[int] = None) -> None:
 
     _installed = True
     _patch(tf.keras.Model, "fit", _wrap_fit)
+    try:  # TF1 mode's Keras models are training_v1's, whose fit is its own
+        from keras.src.engine import training_v1
+
+        _patch(training_v1.Model, "fit", _wrap_fit)
+    except ImportError:
+        pass
     for optimizer_class in _optimizer_classes(tf):
         _patch(optimizer_class, "apply_gradients", _wrap_apply_gradients)
     _patch(tf.data.Dataset, "__iter__", _wrap_dataset_iter)
+    _watch_file_writers(tf)
+    from tensorflow.python.client import session as session_module
+
+    _patch(session_module.BaseSession, "run", _wrap_session_run)
     try:
         import tensorflow_estimator.python.estimator.estimator as estimator_module
 
@@ -937,3 +1001,71 @@ def record_skipped_update(step: int, source: str) -> None:
     step overflowed); ``source`` names the optimizer. The allreduce check names the ranks that
     skipped a step the others applied."""
     _record("skipped update", source, step=step)
+
+
+# ------------------------------------------------------------------------------- file writers
+
+# What writes a file a rank's notebook names, and the parameter that names it. On one server the
+# ranks share a disk: two ranks writing the same checkpoint race on its temporary files, two writing
+# one HDF5 file on its lock. The runner compares the ranks' writes after each cell.
+_FILE_WRITERS = (
+    ("keras.Model", "save", "filepath"),
+    ("keras.Model", "save_weights", "filepath"),
+    ("train.Checkpoint", "save", "file_prefix"),
+    ("train.Checkpoint", "write", "file_prefix"),
+    ("compat.v1.train.Saver", "save", "save_path"),
+)
+
+
+def record_write(path, api: str) -> None:
+    """This rank writes ``path`` (made absolute: the ranks share a working directory) with ``api``."""
+    import os
+
+    try:
+        _record("write", api, path=os.path.abspath(os.fspath(path)))
+    except TypeError:  # not a path (a file object, a tensor): nothing to compare
+        pass
+
+
+def _wrap_writer(original, api: str, parameter: str):
+    try:
+        signature = inspect.signature(original)
+    except (TypeError, ValueError):
+        return original
+
+    @functools.wraps(original)
+    def writer(*args, **kwargs):
+        try:
+            path = signature.bind(*args, **kwargs).arguments.get(parameter)
+        except TypeError:
+            path = None
+        if path is not None:
+            record_write(path, api)
+        return original(*args, **kwargs)
+
+    writer._npu_probe = True
+    return writer
+
+
+def _watch_file_writers(tf) -> None:
+    for owner_path, method, parameter in _FILE_WRITERS:
+        try:
+            owner = functools.reduce(getattr, owner_path.split("."), tf)
+        except AttributeError:
+            continue
+        api = f"{owner_path.rsplit('.', 1)[-1]}.{method}"
+        _patch(owner, method, lambda original, api=api, parameter=parameter: _wrap_writer(original, api, parameter))
+    saved_model = tf.saved_model
+    if not getattr(saved_model.save, "_npu_probe", False):
+        saved_model.save = _wrap_writer(saved_model.save, "tf.saved_model.save", "export_dir")
+    manager = getattr(tf.train, "CheckpointManager", None)
+    if manager is not None and not getattr(manager.save, "_npu_probe", False):
+        original = manager.save
+
+        @functools.wraps(original)
+        def save(self, *args, **kwargs):
+            record_write(self.directory, "CheckpointManager.save")
+            return original(self, *args, **kwargs)
+
+        save._npu_probe = True
+        manager.save = save

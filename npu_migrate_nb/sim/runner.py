@@ -83,6 +83,7 @@ class RunResult:
     single_card: Optional[checks_module.Check] = None
     # Whether the cell that failed on the ranks fails on one card too; None: no cell failed (or not asked).
     one_card: Optional["OneCard"] = None
+    file_clashes: List[dict] = field(default_factory=list)  # files several ranks wrote in one cell
 
     @property
     def failed_cell(self) -> Optional[CellOutcome]:
@@ -115,6 +116,7 @@ class RunResult:
             "elapsed_s": round(self.elapsed_s, 3),
             "tf1": self.tf1,
             "one_card": self.one_card.to_json() if self.one_card is not None else None,
+            "file_clashes": self.file_clashes,
         }
 
 
@@ -139,6 +141,7 @@ class Runner:
         self.echo = echo if echo is not None else sys.stdout
         self.errors = errors if errors is not None else sys.stderr
         self.records: Dict[int, List[dict]] = {rank: [] for rank in range(cluster.n)}
+        self.file_clashes: List[dict] = []  # files several ranks wrote in one cell (checks.file_clashes)
         self.stopped_after: Optional[int] = None  # the cell after which the cluster was stopped
         self.progress = progress
         self._progress_files = _ProgressFiles(cluster) if progress is not None else None
@@ -158,6 +161,7 @@ class Runner:
             checks=checks_module.not_applicable_where_the_analysis_says(self.evaluate_checks(), analyze(notebook)),
             elapsed_s=time.monotonic() - started,
             tf1=self.cluster.tf1,
+            file_clashes=list(self.file_clashes),
         )
         if compare_single_card:
             result.single_card = self.compare_single_card(notebook, result)
@@ -231,6 +235,7 @@ class Runner:
         from . import engine, probes
 
         self.records = {rank: [] for rank in range(self.cluster.n)}
+        self.file_clashes = []
         try:
             self.cluster.view.apply_sync(probes.reset)
         except Exception:
@@ -280,18 +285,27 @@ class Runner:
             print(fault.message, file=self.errors)
             return outcome
         outcome = watch.outcome()
-        self._collect_records(probes)  # the ranks write their last progress first
+        clashes = self._collect_records(probes)  # the ranks write their last progress first
+        if clashes:
+            texts = [checks_module.clash_text(clash) for clash in clashes]
+            print("\n".join(texts), file=self.errors)
+            if outcome.status == "error":  # the race is the likely cause: say it where the failure is said
+                outcome.message = "; ".join(texts)
         self.poll_progress()
         return outcome
 
-    def _collect_records(self, probes) -> None:
+    def _collect_records(self, probes) -> List[dict]:
+        """Take the cell's records from every rank; returns the files several ranks wrote in it."""
         try:
             per_rank = self.cluster.view.apply_sync(probes.end_cell)
         except Exception as error:  # probes unavailable (no TensorFlow in the ranks): nothing recorded
             print(f"(no run-time checks: {error})", file=self.errors)
-            return
+            return []
         for rank, records in zip(self.cluster.ranks, per_rank):
             self.records[rank].extend(records)
+        clashes = checks_module.file_clashes(dict(zip(self.cluster.ranks, per_rank)), self.cluster.n)
+        self.file_clashes.extend(clashes)
+        return clashes
 
     def _stop(self, index: int) -> None:
         self.stopped_after = index
@@ -660,6 +674,9 @@ def render_text(result: RunResult) -> str:
         lines.append(f"  cell {cell.cell}: {cell.status}{note}")
     if result.one_card is not None:
         lines.append(f"  one card: {result.one_card.detail}")
+    if result.file_clashes:
+        lines.append("files written by several ranks:")
+        lines.extend(f"  {checks_module.clash_text(clash)}" for clash in result.file_clashes)
     lines.append("checks:")
     for name, check in result.checks.items():
         lines.append(f"  {name:<10} {check.status:<13} {check.detail}")
