@@ -20,6 +20,9 @@ from .tf_mode import TF2, Mode, tensorflow_mode
 
 
 BROADCAST_STYLES = ("hooks-append", "hook")
+# Findings that mean their step is not done although its API is called: a broadcast of a model that
+# has no variables yet syncs nothing.
+STEP_UNDONE_BY = frozenset({"broadcast-before-build"})
 REDUCTIONS = ("sum", "mean")
 # A step's status. ``not-applicable`` and ``unknown`` always come with a reason (``Analysis.reasons``):
 # ``unknown`` when what would do the step comes from code that cannot be seen (an installed package, a
@@ -133,7 +136,7 @@ def analyze(notebook: Notebook, options: Optional[Options] = None) -> Analysis:
     for rule in ALL_RULES:
         context.findings.extend(rule.check(context))
     for finding in context.findings:
-        if finding.code == f"missing-{finding.step}":
+        if finding.code == f"missing-{finding.step}" or finding.code in STEP_UNDONE_BY:
             context.steps[finding.step] = "missing"  # e.g. one of two training calls does not broadcast
             context.reasons.pop(finding.step, None)
     for finding in context.findings:

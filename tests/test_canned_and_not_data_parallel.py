@@ -292,10 +292,13 @@ def test_reinforcement_learning_needs_no_shard_but_still_broadcast_and_all_reduc
     [info] = [finding for finding in before.findings if finding.code == "not-data-parallel"]
     assert info.cell == 3 and info.severity == "info" and "env.reset(seed=SEED + int(os.getenv('RANK_ID', '0')))" in info.message
     assert "missing-shard" not in codes(before)
-    assert "grads = npu.distribute.all_reduce(grads" in after and "npu.distribute.broadcast(model.trainable_variables)" in after
-    # (the subclassed model is built on its first call: broadcast-before-build asks to build it first)
+    assert "grads = npu.distribute.all_reduce(grads" in after
+    # The subclassed model builds its variables on its first call, inside train_step: a broadcast before
+    # the loop would find none, so it comes after the first step (issue 21, class 3).
+    assert ("    episode_reward = int(train_step(initial_state, model, optimizer, 0.99, 500))\n"
+            "    if optimizer.iterations == 1:\n        npu.distribute.broadcast(model.trainable_variables)\n") in after
     assert again.steps == {"broadcast": "present", "allreduce": "present", "shard": "not-applicable"}
-    assert [finding.code for finding in again.problems] == ["broadcast-before-build"]
+    assert [finding.code for finding in again.problems] == []
 
 
 # ------------------------------------------------------------------------------ never for training

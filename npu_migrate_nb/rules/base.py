@@ -275,6 +275,17 @@ def rank_size_mention(node: ast.AST, context: "Context") -> bool:
 
 
 
+def rank_test_around(facts: CellFacts, stmt: ast.stmt, words=("RANK", "rank")) -> Optional[ast.expr]:
+    """The test of an ``if`` around ``stmt`` that mentions the rank (``if rank_id == 0:``), or None.
+    A cell that never says "rank" is not walked."""
+    if "rank" not in facts.masked.code.lower():
+        return None
+    for node in ast.walk(facts.tree):
+        if isinstance(node, ast.If) and node.lineno < stmt.lineno <= node.end_lineno and mentions(node.test, words):
+            return node.test
+    return None
+
+
 def top_level_statement(facts: CellFacts, stmt: ast.stmt) -> Optional[ast.stmt]:
     """The module-level statement of the cell that contains ``stmt``."""
     for candidate in facts.tree.body:

@@ -575,6 +575,42 @@ def model_built_at(context, model: str, cell: int, line: int) -> Optional[bool]:
         if call.dotted == f"{model}.add" and between(c2, call) and call.node.args and \
                 _gives_input_shape(context, call.node.args[0]):
             return True  # Sequential().add(Conv2D(..., input_shape=...)): built from that layer on
+    for function in _notebook_functions(context):
+        for c2, _, call in context.facts.calls(function):
+            if call.dotted == function and between(c2, call) and _calls_model(context, function, model):
+                return True  # a training step run at the top level (train_step(x, y)): the model was called in it
+    return False
+
+
+def _notebook_functions(context) -> List[str]:
+    """The names of the functions the notebook defines (once per analysis)."""
+    names = getattr(context, "_notebook_functions", None)
+    if names is None:
+        names = sorted({name for _, facts in context.facts.cells for name in facts.functions})
+        context._notebook_functions = names
+    return names
+
+
+def _calls_model(context, function: str, model: str, depth: int = 4) -> bool:
+    """Does the notebook's ``function`` call ``model`` (or a building method of it), itself or through
+    the functions it calls, up to ``depth`` deep?"""
+    found = context.facts.function(function)
+    if found is None or depth == 0:
+        return False
+    _, facts, node = found
+    for site in facts.calls:
+        if site.function != function:
+            continue
+        if site.dotted == model or (site.dotted or "").rsplit(".", 1)[0] == model and site.method in _BUILDING_METHODS:
+            return True
+        if site.method == "gradient" and any(dotted_name(arg) in (f"{model}.trainable_variables",
+                                                                  f"{model}.trainable_weights") for arg in site.node.args):
+            return True  # a gradient step on its variables: the model was called for the loss
+        callee = site.dotted if site.dotted and "." not in site.dotted else None
+        passed = [arg.id for arg in site.node.args if isinstance(arg, ast.Name)]  # strategy.run(step, args=...)
+        for name in filter(None, [callee, *passed]):
+            if name != function and _calls_model(context, name, model, depth - 1):
+                return True
     return False
 
 
@@ -784,8 +820,8 @@ def _after_first_update(context, cell, facts, gradient: CallSite, variables: ast
     if found is None:
         return None
     s_cell, s_facts, step = found
-    if not (isinstance(step.stmt, (ast.Expr, ast.Assign)) and step.stmt.value is step.node):
-        return None
+    if not isinstance(step.stmt, (ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign)):
+        return None  # ``total_loss += step(x)`` too: the broadcast goes after the statement
     return s_cell, s_facts, step.stmt, optimizer
 
 

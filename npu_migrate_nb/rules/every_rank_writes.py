@@ -14,7 +14,7 @@ from typing import Iterable, Iterator, Optional
 
 from ..facts import CallSite, CellFacts, dotted_name, mentions, receiver_name
 from ..findings import NEEDS_OS, Finding
-from .base import Example, Rule, guard, replace_with
+from .base import Example, Rule, guard, rank_test_around, replace_with
 
 RANK_ZERO = "int(os.getenv('RANK_ID', '0')) == 0"
 # Functions that write a model (canonical names), and what they are called in the message.
@@ -157,8 +157,4 @@ def _is_a_model(context, name: str) -> bool:
 
 def _on_one_rank(facts: CellFacts, stmt: ast.stmt) -> bool:
     """Is ``stmt`` inside an ``if`` that tests the rank (``if rank_id == 0:``)?"""
-    for node in ast.walk(facts.tree):
-        if isinstance(node, ast.If) and mentions(node.test, ("RANK", "rank")) and \
-                node.lineno < stmt.lineno <= node.end_lineno:
-            return True
-    return False
+    return rank_test_around(facts, stmt) is not None

@@ -15,7 +15,7 @@ from typing import Iterable, Iterator, Optional
 
 from ..facts import mentions
 from ..findings import NEEDS_OS, Finding
-from .base import TRAINING_CALLS, Example, Rule, replace_with
+from .base import TRAINING_CALLS, Example, Rule, rank_test_around, replace_with
 from .shared_model_dir import MODEL_DIR_OWNERS, PER_RANK_MODEL_DIR
 
 _RANK_WORDS = ("RANK_ID", "rank_id", "get_rank_id", "worker_id", "local_rank", "hvd.rank")
@@ -88,7 +88,7 @@ class RankDependentSteps(Rule):
 
     def _training_on_some_ranks(self, context) -> Iterator[Finding]:
         for cell, facts, site in context.facts.calls(*_TRAINING):
-            test = _rank_test_around(facts, site.stmt)
+            test = rank_test_around(facts, site.stmt, _RANK_WORDS)
             if test is not None:
                 yield self.finding(
                     cell, facts, site.node,
@@ -102,11 +102,4 @@ def _the_path(value: ast.IfExp) -> Optional[ast.expr]:
     for branch in (value.body, value.orelse):
         if not (isinstance(branch, ast.Constant) and branch.value is None):
             return branch
-    return None
-
-
-def _rank_test_around(facts, stmt: ast.stmt) -> Optional[ast.expr]:
-    for node in ast.walk(facts.tree):
-        if isinstance(node, ast.If) and mentions(node.test, _RANK_WORDS) and node.lineno < stmt.lineno <= node.end_lineno:
-            return node.test
     return None
