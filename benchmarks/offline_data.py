@@ -290,7 +290,7 @@ def _answer_pip_offline() -> None:
 def pip_installs(command: str) -> Optional[list]:
     """The requirements of a ``pip install`` shell command (``python -m pip`` too), else None."""
     try:
-        words = shlex.split(command)
+        words = shlex.split(command, comments=True)
     except ValueError:
         return None
     for index, word in enumerate(words):

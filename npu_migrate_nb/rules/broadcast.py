@@ -287,6 +287,33 @@ class MissingBroadcast(Rule):
             "    experience, _ = next(iterator)\n"
             "    train_loss = agent.train(experience).loss\n",
         ),
+        # TF1 left over from tf.distribute: the initializer bound to a name, run in a session.
+        Example(
+            "import tensorflow.compat.v1 as tf\n"
+            "tf.disable_v2_behavior()\n"
+            "w = tf.Variable(tf.random_normal([4, 1]))\n"
+            "loss = tf.reduce_mean(tf.square(tf.matmul(x, w) - y))\n"
+            "train_op = tf.train.GradientDescentOptimizer(0.1).minimize(loss)\n"
+            "init = tf.global_variables_initializer()\n"
+            "with tf.Session() as sess:\n"
+            "    sess.run(init)\n"
+            "    for _ in range(10):\n"
+            "        sess.run(train_op)\n",
+            "from npu_bridge.npu_init import *\n"
+            "import tensorflow.compat.v1 as tf\n"
+            "tf.disable_v2_behavior()\n"
+            "w = tf.Variable(tf.random_normal([4, 1]))\n"
+            "loss = tf.reduce_mean(tf.square(tf.matmul(x, w) - y))\n"
+            "train_op = tf.train.GradientDescentOptimizer(0.1).minimize(loss)\n"
+            "init = tf.global_variables_initializer()\n"
+            "with tf.Session() as sess:\n"
+            "    sess.run(init)\n"
+            "    sess.run(tf.group([tf.assign(var, hccl_ops.broadcast([var], 0)[0]) "
+            "for var in tf.trainable_variables()]))\n"
+            "    for _ in range(10):\n"
+            "        sess.run(train_op)\n",
+            adapter="npu_bridge",
+        ),
         # TF1: the initializer op run in the session it sits in: the broadcast op is run the same way.
         Example(
             "import tensorflow as tf\n"
@@ -628,10 +655,17 @@ def _gives_input_shape(context, layer: ast.expr) -> bool:
 
 
 def _is_variable_initialization(context, node: ast.AST) -> bool:
-    return any(
-        isinstance(child, ast.Call) and context.facts.resolve(dotted_name(child.func)) in K.VARIABLE_INITIALIZERS
-        for child in ast.walk(node)
-    )
+    """An initializer call, or a name bound to one (``init = tf.global_variables_initializer()``,
+    then ``sess.run(init)``, as TF1 code left by tf.distribute writes it)."""
+    for child in ast.walk(node):
+        if isinstance(child, ast.Call) and context.facts.resolve(dotted_name(child.func)) in K.VARIABLE_INITIALIZERS:
+            return True
+        if isinstance(child, ast.Name) and any(
+            isinstance(a.value, ast.Call) and context.facts.resolve(dotted_name(a.value.func)) in K.VARIABLE_INITIALIZERS
+            for _, _, a in context.facts.assignments(child.id)
+        ):
+            return True
+    return False
 
 
 def _add_callback(cell, facts: CellFacts, site: CallSite, callback: str, needs: str):
