@@ -6,18 +6,19 @@ generated library are NPU kernels.
 """
 
 import tensorflow as _tf
+from tensorflow.python.ops import nn_ops as _nn_ops  # tf.nn.gelu: TF1 mode's tf.compat.v1.nn has none
 
 from npu_migrate_nb.sim.adapter import GeneratedOps as _GeneratedOps
 
 
 def _gelu(features, name=None):
-    return _tf.nn.gelu(features, approximate=True, name=name)
+    return _nn_ops.gelu(features, approximate=True, name=name)
 
 
 def _gelu_grad(dy, x, y, name=None):
     with _tf.GradientTape() as tape:
         tape.watch(x)
-        output = _tf.nn.gelu(x, approximate=True)
+        output = _nn_ops.gelu(x, approximate=True)
     return _tf.identity(tape.gradient(output, x, output_gradients=dy), name=name)
 
 

@@ -5,6 +5,7 @@ x / (1 + exp(-1.702 |x|)) * exp(0.851 (x - |x|)), which the stand-in computes as
 """
 
 import tensorflow as tf
+from tensorflow.python.ops import nn_ops as _nn_ops  # tf.nn.gelu, also when tensorflow is tf.compat.v1
 
 
 def _fast_gelu(x):
@@ -14,5 +15,5 @@ def _fast_gelu(x):
 
 def gelu(x):
     if tf.executing_eagerly():
-        return tf.nn.gelu(x)
+        return _nn_ops.gelu(x)
     return _fast_gelu(tf.convert_to_tensor(x))
