@@ -900,10 +900,56 @@ def _wrap_apply_gradients(original):
 _session_feed: Optional[dict] = None
 
 
+# TF1 graph -> the datasets iterated in it (made into an iterator) and not yet observed: a session
+# loop reads them through iterators no probe sees, so the first session call after one is made reads
+# its first batches through iterators of its own (as the Estimator probe does with input_fn's).
+_graph_datasets: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _wrap_apply_debug_options(original):
+    @functools.wraps(original)
+    def _apply_debug_options(self):
+        import tensorflow as tf
+
+        if not _busy() and not tf.executing_eagerly():
+            graph = tf.compat.v1.get_default_graph()
+            if not getattr(graph, "building_function", False):
+                _graph_datasets.setdefault(graph, []).append(self)
+        return original(self)
+
+    _apply_debug_options._npu_probe = True
+    return _apply_debug_options
+
+
+def _observe_graph_datasets(session) -> None:
+    """The first batches of the datasets a TF1 session's graph iterates, read before its next call."""
+    pending = _graph_datasets.pop(session.graph, None)
+    if not pending or session.graph.finalized:
+        return
+    import tensorflow as tf
+
+    v1 = tf.compat.v1
+    with _Busy():
+        for dataset in pending:
+            try:
+                with session.graph.as_default():
+                    iterators = [v1.data.make_initializable_iterator(dataset) for _ in range(2)]
+                batches = []
+                for iterator in iterators:
+                    session.run(iterator.initializer)
+                    batches.append(session.run(iterator.get_next()))
+                sample = sample_digests(itertools.chain([batches[1]], _next_batches(session, iterators[1].get_next())))
+            except Exception:  # fed by a placeholder, or not iterable this way: nothing observed
+                continue
+            record_input("session dataset", batches[0], batches[1], sharded=_graph_has_shard(dataset), sample=sample)
+
+
 def _wrap_session_run(original):
     @functools.wraps(original)
     def run(self, fetches, feed_dict=None, *args, **kwargs):
         global _session_feed
+        if _graph_datasets and not _busy():
+            _observe_graph_datasets(self)
         if not feed_dict:
             return original(self, fetches, feed_dict, *args, **kwargs)
         _session_feed = feed_dict
@@ -978,6 +1024,9 @@ def install(seed: Optional[int] = None) -> None:
     from tensorflow.python.client import session as session_module
 
     _patch(session_module.BaseSession, "run", _wrap_session_run)
+    from tensorflow.python.data.ops import dataset_ops
+
+    _patch(dataset_ops.DatasetV2, "_apply_debug_options", _wrap_apply_debug_options)
     try:
         import tensorflow_estimator.python.estimator.estimator as estimator_module
 
