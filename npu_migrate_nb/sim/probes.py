@@ -911,9 +911,14 @@ def _wrap_apply_debug_options(original):
     def _apply_debug_options(self):
         import tensorflow as tf
 
-        if not _busy() and not tf.executing_eagerly():
+        from tensorflow.python import tf2
+
+        # TF1 behaviour only (inside a one-shot iterator's Defun, "eagerly outside functions" says True)
+        if not _busy() and not tf2.enabled() and not tf.executing_eagerly():
             graph = tf.compat.v1.get_default_graph()
-            if not getattr(graph, "building_function", False):
+            while graph is not None and getattr(graph, "building_function", False):  # the iterator's function
+                graph = getattr(graph, "outer_graph", None) or getattr(graph, "_outer_graph", None)
+            if graph is not None:
                 _graph_datasets.setdefault(graph, []).append(self)
         return original(self)
 

@@ -1,0 +1,111 @@
+"""The failure classes the run-time corpus benchmark found on public notebooks (issue 21), each in
+its minimal shape, end to end on 2 ranks: unfixed, a check fails (the run catches what is missing);
+after ``fix``, every cell runs and the three checks pass.
+
+* TF1 mode for TF2 code: a ``tf.compat.v1`` part beside TF2 Keras (``steps_per_execution``);
+* every rank writing the same file (``save_weights``): the simulator names the file and the ranks;
+* a model built on its first call, trained in a custom loop: broadcast after the first step;
+* TF1 Keras given numpy arrays, two models in one graph (the second asked for the first's input);
+* a TF1 session loop left by tf.distribute, reading its dataset through an iterator.
+"""
+
+import json
+
+import pytest
+
+from sim_notebooks import cli, write_notebook  # same folder: on sys.path (rootdir-less sim tests)
+
+pytestmark = pytest.mark.sim
+
+ALL_PASS = {"broadcast": "pass", "allreduce": "pass", "shard": "pass"}
+DATA = (
+    "import numpy as np\n"
+    "rng = np.random.RandomState(0)\n"
+    "x = rng.rand(256, 4).astype('float32')\n"
+    "y = x.sum(axis=1, keepdims=True).astype('float32')\n"
+)
+
+MIXED_AND_SAVING = [
+    "import tensorflow as tf\nimport tensorflow.compat.v1 as tf1\n" + DATA,
+    # TensorFlow's migration guides: the TF1 way first (a graph of its own), then TF2.
+    "with tf.Graph().as_default():\n"
+    "    w1 = tf1.get_variable('w1', [4, 1])\n"
+    "    print(tf1.trainable_variables())",
+    "model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(4,))])\n"
+    "model.compile(optimizer=tf.keras.optimizers.SGD(0.05), loss='mse', steps_per_execution=2)\n"
+    "model.fit(x, y, epochs=2, batch_size=32, verbose=0)\n"
+    "model.save_weights('my_checkpoint')",
+]
+
+LAZY_CUSTOM_LOOP = [
+    "import tensorflow as tf\n" + DATA +
+    "dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(32)",
+    "class Linear(tf.keras.Model):\n"
+    "    def __init__(self):\n"
+    "        super().__init__()\n"
+    "        self.dense = tf.keras.layers.Dense(1)\n"
+    "    def call(self, inputs):\n"
+    "        return self.dense(inputs)\n"
+    "model = Linear()\n"
+    "optimizer = tf.keras.optimizers.SGD(0.05)\n"
+    "@tf.function\n"
+    "def train_step(features, targets):\n"
+    "    with tf.GradientTape() as tape:\n"
+    "        loss = tf.reduce_mean(tf.square(model(features) - targets))\n"
+    "    gradients = tape.gradient(loss, model.trainable_variables)\n"
+    "    optimizer.apply_gradients(zip(gradients, model.trainable_variables))",
+    "for epoch in range(2):\n"
+    "    for features, targets in dataset:\n"
+    "        train_step(features, targets)",
+]
+
+TF1_KERAS_TWO_MODELS = [
+    "import tensorflow as tf\n" + DATA,
+    "model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(4,))])\n"
+    "model.compile(tf.train.GradientDescentOptimizer(0.05), 'mse')\n"
+    "model.fit(x, y, epochs=2, batch_size=32, verbose=0)",
+    "second = tf.keras.Sequential([tf.keras.layers.Dense(8, input_shape=(4,)), tf.keras.layers.Dense(1)])\n"
+    "second.compile(tf.train.AdamOptimizer(0.01), 'mse')\n"
+    "second.fit(x, y, epochs=2, batch_size=32, verbose=0)",
+]
+
+TF1_SESSION_LEFT_BY_TF_DISTRIBUTE = [
+    "import tensorflow.compat.v1 as tf\ntf.disable_v2_behavior()\n" + DATA +
+    "dataset = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(32)",
+    "w = tf.get_variable('w', [4, 1])\n"
+    "features, targets = tf.data.make_one_shot_iterator(dataset).get_next()\n"
+    "loss = tf.reduce_mean(tf.square(tf.matmul(features, w) - targets))\n"
+    "train_op = tf.train.GradientDescentOptimizer(0.05).minimize(loss)\n"
+    "init = tf.global_variables_initializer()",
+    "with tf.Session() as sess:\n"
+    "    sess.run(init)\n"
+    "    for _ in range(10):\n"
+    "        sess.run(train_op)",
+]
+
+CASES = {
+    "tf2 code with a compat.v1 part, saving on every rank": (MIXED_AND_SAVING, "tf2"),
+    "a model built on its first call in a custom loop": (LAZY_CUSTOM_LOOP, "tf2"),
+    "tf1 keras with numpy arrays, two models": (TF1_KERAS_TWO_MODELS, "tf1"),
+    "a tf1 session loop reading an iterator": (TF1_SESSION_LEFT_BY_TF_DISTRIBUTE, "tf1"),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_caught_unfixed_and_proven_after_fix(tmp_path, name):
+    cells, mode = CASES[name]
+    notebook = write_notebook(tmp_path / "single_card.ipynb", cells)
+    code, out, err = cli("run", str(notebook), "-n", "2", "--format", "json", "--no-one-card")
+    unfixed = json.loads(out)
+    assert unfixed["tf1"] is (mode == "tf1"), err[-2000:]
+    assert code == 1 and "fail" in unfixed["checks"].values(), (unfixed["checks"], err[-3000:])
+    if name.endswith("saving on every rank"):
+        assert [(c["path"].rsplit("/", 1)[-1], c["ranks"]) for c in unfixed["file_clashes"]] == \
+            [("my_checkpoint", [0, 1])]
+
+    fixed = tmp_path / "fixed.ipynb"
+    assert cli("fix", str(notebook), "-o", str(fixed))[0] == 0
+    code, out, err = cli("run", str(fixed), "-n", "2", "--format", "json", "--no-one-card")
+    result = json.loads(out)
+    assert code == 0 and result["checks"] == ALL_PASS, (result["check_details"], err[-3000:])
+    assert all(cell["status"] == "ok" for cell in result["cells"]) and result["file_clashes"] == []
