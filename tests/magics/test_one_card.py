@@ -88,6 +88,7 @@ def test_a_collective_only_rank_0_calls_times_out_and_the_widget_line_says_it_ru
         assert 'data-status="runs"' in lines[-1] and "runs on one card: the distributed run breaks it" in lines[-1], lines
         status = run(kernel, "%npu_cluster status").text()
         assert "the ranks were stopped at cell 4 (timeout)" in status and "runs on one card" in status, status
+        assert not _descendants_alive(kernel.pid)  # the fault stopped the ranks, the rerun stopped its rank
     finally:
         pid = kernel.pid
         kernel.shutdown()
