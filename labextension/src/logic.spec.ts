@@ -121,7 +121,7 @@ describe('statusWords and debounce', () => {
   });
 });
 
-describe('the one-card verdict and the failed cell', () => {
+describe('the one-card verdict and the cell that stopped the run', () => {
   it('says each status in the words of one table, with what the rerun saw', () => {
     expect(
       oneCardLine({ cell: 3, status: 'fails', detail: 'fails on one card too: not a distribution problem (cell 3: RuntimeError: f(x) broke)' })
@@ -137,7 +137,7 @@ describe('the one-card verdict and the failed cell', () => {
     expect(oneCardLine({ cell: 1, status: 'running', detail: 'rerunning the cells up to cell 1 on one card (at most 60 s)' }).more).toBe('');
   });
 
-  it('names the failed cell, its ranks and the last line of their error, or the runner\'s message', () => {
+  it('names the cell that stopped the run, its ranks and the last line of their error, or the runner\'s message', () => {
     const cells = [
       { cell: 0, status: 'ok' as const, ranks: [] },
       { cell: 1, status: 'error' as const, ranks: [{ rank: 0, error: null }, { rank: 1, error: 'Traceback\n  ...\nValueError: only rank 1\n' }] },
