@@ -212,6 +212,9 @@ class Job:
         with self._lock:
             self.exit_code = code
             self.current_cell = None
+            if self.one_card is not None and self.one_card.get("status") == "running":
+                self.one_card = dict(self.one_card, status="unknown",
+                                     detail="not known: the simulation ended before the one-card rerun did")
             if self.result is not None:
                 self.state = "done"
             elif self.stop_requested:
