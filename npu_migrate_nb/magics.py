@@ -433,6 +433,11 @@ def pull(expression: str) -> list:
         raise RuntimeError(str(error)) from None
 
 
+def one_card():
+    magics = _loaded_magics()
+    return magics._session.one_card if magics._session is not None else None
+
+
 def _loaded_magics() -> NpuMagics:
     from IPython import get_ipython
 

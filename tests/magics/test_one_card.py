@@ -14,8 +14,7 @@ from .test_cluster_magics import _descendants, _descendants_alive, run
 pytestmark = pytest.mark.sim
 RANK_ONE_FAILS = "%%npu_distribute --run\nif os.environ['RANK_ID'] == '1':\n    raise ValueError('only rank 1 fails')\n"
 EVERY_RANK_FAILS = "%%npu_distribute --run\nraise RuntimeError('broken everywhere')\n"
-WAIT_FOR_VERDICT = ("print(get_ipython().magics_manager.registry['NpuMagics'].session.one_card"
-                    ".result(240).status)")
+WAIT_FOR_VERDICT = "import npu_migrate_nb\nprint(npu_migrate_nb.one_card().result(240).status)"
 
 
 @pytest.fixture
