@@ -231,6 +231,7 @@ class ClusterSession:
         a cluster of one rank (it is one card) nor one of a profile (it runs elsewhere)."""
         if self.one_card is not None:
             self.one_card.cancel()
+            self.one_card = None
         like = self.runner.cluster  # kept by the runner after a fault stopped the ranks
         if like.n == 1 or like.profile is not None:
             return
@@ -240,13 +241,13 @@ class ClusterSession:
         self.one_card = OneCardCheck([(ran.index, ran.source) for ran in cells], failed.index, like, bound,
                                      self.directory or os.getcwd())
 
-    def one_card_text(self, mark_shown: bool = True) -> Optional[str]:
-        """The one-card line (rerunning, or its verdict), None when no cell failed; ``mark_shown``:
-        a verdict returned counts as shown."""
+    def one_card_text(self) -> Optional[str]:
+        """The one-card line (rerunning, or its verdict, which then counts as shown), None when no
+        cell failed."""
         check = self.one_card
         if check is None:
             return None
-        if mark_shown and check.done():
+        if check.done():
             check.shown = True
         return check.text
 

@@ -3,12 +3,16 @@ and say whether it fails there too: in a real kernel, the prompt back at once, t
 widget's line as it comes, in plain text at the next magic and in ``%npu_cluster status``, and a
 rerun stopped by ``%npu_cluster stop`` or the kernel's shutdown leaves no process."""
 
+import io
 import time
 
 import psutil
 import pytest
 
-from .kernel import Kernel, new_cell_id
+from npu_migrate_nb.sim.one_card import OneCard
+from npu_migrate_nb.sim.session import ClusterSession
+
+from .kernel import Kernel
 from .test_cluster_magics import _descendants, _descendants_alive, run
 
 pytestmark = pytest.mark.sim
@@ -148,3 +152,21 @@ def test_stop_and_the_kernels_shutdown_end_a_rerun_on_one_card_and_leave_no_proc
     finally:
         if kernel.manager.is_alive():
             kernel.shutdown()
+
+
+def test_the_session_reruns_the_cells_in_the_order_they_ran_leaving_out_those_that_failed(tmp_path):
+    """What the magics hand the rerun: a kernel's cells keep their execution counts, which replay can
+    run out of order ([5] then [4]); a cell that failed earlier is not rerun."""
+    session = ClusterSession(echo=io.StringIO(), errors=io.StringIO())
+    session.start(2, directory=str(tmp_path))
+    try:
+        assert session.run_cell(5, "x = 0").status == "ok"
+        assert session.run_cell(3, "raise RuntimeError('an earlier failure')", one_card=False).status == "error"
+        assert session.run_cell(4, "y = 1 / x").status == "error"
+        verdict = session.one_card.result(240)
+    finally:
+        session.stop()
+    assert verdict == OneCard(4, "fails", "fails on one card too: not a distribution problem "
+                                          "(cell 4: ZeroDivisionError: division by zero)")
+    _, alive = psutil.wait_procs(psutil.Process().children(recursive=True), timeout=10)
+    assert not [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE], alive
