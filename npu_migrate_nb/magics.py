@@ -55,7 +55,7 @@ class NpuMagics(Magics):
               help="ranks of the simulated cluster started by --run (default 2)")
     @argument("--timeout", type=float, default=None, metavar="S", help="--run: seconds before the cell is stopped")
     @argument("--no-one-card", action="store_true",
-              help="--run: when the cell fails on the ranks, do not rerun it on one card to tell whether it fails there too")
+              help="--run: if the cell fails on the ranks, no rerun on one card (to tell if it fails there too)")
     @argument("--reduction", choices=REDUCTIONS, default=None,
               help="the all-reduce custom loops need (default: from the loss)")
     @argument("--broadcast-style", choices=BROADCAST_STYLES, default="hooks-append",
