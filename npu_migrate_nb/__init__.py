@@ -30,6 +30,15 @@ def pull(expression: str) -> list:
     return values(expression)
 
 
+def one_card():
+    """After a ``%%npu_distribute --run`` cell failed on the ranks, its rerun on one card, as an
+    AsyncResult: ``one_card().result(60).status`` waits up to a minute for "fails" (it fails on one
+    card too) or "runs" (the distributed run breaks it); ``done()``, ``cancel()``. None before."""
+    from .magics import one_card as rerun
+
+    return rerun()
+
+
 def panel():
     """The report of the whole notebook so far (``%npu_panel``)."""
     from .magics import panel as show

@@ -54,6 +54,8 @@ class NpuMagics(Magics):
     @argument("-n", "--np", dest="np", type=int, default=None, metavar="N",
               help="ranks of the simulated cluster started by --run (default 2)")
     @argument("--timeout", type=float, default=None, metavar="S", help="--run: seconds before the cell is stopped")
+    @argument("--no-one-card", action="store_true",
+              help="--run: if the cell fails on the ranks, no rerun on one card (to tell if it fails there too)")
     @argument("--reduction", choices=REDUCTIONS, default=None,
               help="the all-reduce custom loops need (default: from the loss)")
     @argument("--broadcast-style", choices=BROADCAST_STYLES, default="hooks-append",
@@ -68,6 +70,7 @@ class NpuMagics(Magics):
         args = _parse(self.npu_distribute, line)
         if args is None:
             return None
+        self._say_one_card()
         if args.np is not None and args.np < 1:
             raise UsageError("-n must be at least 1")
         full_source = f"{MAGIC_LINE} {line}".rstrip() + "\n" + cell
@@ -93,7 +96,7 @@ class NpuMagics(Magics):
         if current is not None and current.source.lstrip().startswith(MAGIC_LINE):
             body = f"# {MAGIC_LINE} {line}".rstrip() + "\n" + body  # IPython drops leading blank lines
         if args.run:
-            return self._run_on_ranks(body, args.np, args.timeout, analysis, args.plain)
+            return self._run_on_ranks(body, args.np, args.timeout, analysis, args.plain, not args.no_one_card)
         return self._run_here(body)
 
     def _show_report(self, notebook, analysis: Analysis, index: int, labels, plain: bool) -> None:
@@ -174,24 +177,25 @@ class NpuMagics(Magics):
         return self._session
 
     def _run_on_ranks(self, body: str, n: Optional[int], timeout: Optional[float], analysis: Analysis,
-                      plain: bool = False):
+                      plain: bool = False, one_card: bool = True):
         from .sim.cluster import ClusterError
         from .sim.session import SessionError
 
         try:
-            self.session.ensure(n, tf1=analysis.adapter == "npu_bridge")
+            self.session.ensure(n, tf1=analysis.tf1)
         except (SessionError, ClusterError) as error:
             raise UsageError(f"npu_distribute: {error}") from None
         current = self.cells.current
         index = current.execution_count if current is not None and current.execution_count else len(self.session.cells_run)
         view = None if plain else self._run_view()
         try:
-            outcome = self.session.run_cell(index, body, timeout=timeout)
+            outcome = self.session.run_cell(index, body, timeout=timeout, one_card=one_card)
         finally:
             if view is not None:
                 view.finish(self.session)
-        if view is None:  # the widget shows them
+        if view is None:  # the widget shows them, and the one-card verdict when it comes
             self._print_checks()
+            self._say_one_card_started()
         if outcome.status in ("error", "timeout"):
             raise _Failed(outcome.message or f"npu_distribute: cell {index} failed on the ranks (see above)")
         return None
@@ -211,6 +215,20 @@ class NpuMagics(Magics):
 
         print(checks_text(self.session.checks()))
 
+    # Plain text has no line to update: the verdict is said by the next magic run (never printed from
+    # the rerun's thread, which would write into whatever cell runs then), and by status and checks.
+
+    def _say_one_card_started(self) -> None:
+        check = self._session.one_card if self._session is not None else None
+        if check is not None and not check.done() and not check.shown:
+            print(f"{check.text}\n  the next %%npu_distribute, %npu_cluster status and checks say the verdict")
+
+    def _say_one_card(self) -> None:
+        """The verdict of the last one-card rerun, once, if it came and was not shown yet."""
+        text = self._session.unshown_one_card() if self._session is not None else None
+        if text is not None:
+            print(f"cell {self._session.one_card.cell} failed on the ranks; {text}")
+
     @magic_arguments()
     @argument("action", choices=("start", "stop", "status", "restart", "autorun", "checks"))
     @argument("switch", nargs="?", choices=("on", "off"), help="autorun on|off")
@@ -227,6 +245,8 @@ class NpuMagics(Magics):
         args = _parse(self.npu_cluster, line)
         if args is None:
             return None
+        if args.action not in ("status", "checks"):
+            self._say_one_card()
         if args.action == "autorun":
             return self._autorun(args.switch)
         if args.switch is not None:
@@ -235,8 +255,12 @@ class NpuMagics(Magics):
             return self._start(args)
         if args.action == "stop":
             was = self.session.ranks if self.session.running else 0
+            check = self.session.one_card
+            rerunning = check is not None and not check.done()
             self.session.stop()
             print(f"stopped the simulated cluster ({was} ranks)" if was else "no simulated cluster was running")
+            if rerunning:
+                print(f"stopped the one-card rerun of the cells up to cell {check.cell}")
             return None
         if args.action == "status":
             print(self.session.status_text())
@@ -251,6 +275,9 @@ class NpuMagics(Magics):
             print("checks reset: the next training on the ranks is judged afresh")
             return None
         self._print_checks()
+        one_card = self.session.one_card_text()
+        if one_card is not None:
+            print(one_card)
         return None
 
     def _start(self, args) -> None:
@@ -280,6 +307,7 @@ class NpuMagics(Magics):
         outcomes = self.session.replay(cells)
         failed = [o for o in outcomes if o.status in ("error", "timeout")]
         self._print_checks()
+        self._say_one_card_started()
         if failed:
             raise _Failed(failed[0].message or f"npu_cluster: replay stopped: cell {failed[0].cell} failed on the ranks")
 
@@ -403,6 +431,11 @@ def pull(expression: str) -> list:
         return _loaded_magics().session.pull(expression)
     except SessionError as error:
         raise RuntimeError(str(error)) from None
+
+
+def one_card():
+    magics = _loaded_magics()
+    return magics._session.one_card if magics._session is not None else None
 
 
 def _loaded_magics() -> NpuMagics:

@@ -5,7 +5,8 @@
   answers, the button gives way to the code to paste.
 * :class:`PanelView`: the same for every cell run so far.
 * :class:`RunView`: while the ranks run, one progress bar per rank and each rank's output in a tab;
-  then the three checks.
+  then the three checks, and after a failure a line that says, once the one-card rerun has told,
+  whether the cell fails on one card too.
 
 Each view also carries the HTML and plain-text report in its display data, for frontends and
 files that cannot render widgets.
@@ -216,8 +217,10 @@ class RunView(_WithFallback, W.VBox):
         for rank in ranks:
             self.tabs.set_title(rank, f"rank {rank}")
         self.checks = W.HTML("")
-        super().__init__([W.VBox(list(self.bars.values())), self.tabs, self.checks])
+        self.one_card = W.HTML("")  # filled in place when the one-card rerun answers
+        super().__init__([W.VBox(list(self.bars.values())), self.tabs, self.checks, self.one_card])
         self.fallback_text = f"running on {len(ranks)} simulated ranks"
+        self._one_card_before = getattr(session, "one_card", None)
         session.progress = self.on_progress
         self._streams = _Demux(self, "stdout"), _Demux(self, "stderr")
         runner = session.runner
@@ -251,6 +254,19 @@ class RunView(_WithFallback, W.VBox):
         checks = session.checks()
         self.checks.value = _checks_html(checks)
         self.fallback_text = checks_text(checks)
+        check = getattr(session, "one_card", None)
+        if check is not None and check is not self._one_card_before:  # this cell failed: a rerun started
+            self._show_one_card(check)
+            check.add_done_callback(self._show_one_card)
+
+    def _show_one_card(self, check) -> None:
+        """The one-card line; called again from the rerun's thread with the verdict (a widget's
+        update reaches the frontend from any thread, and lands in this view, not the cell running now)."""
+        status = check.result().status if check.done() else "running"
+        self.one_card.value = (f'<div class="npu-one-card" data-status="{status}" style="margin-top:4px;'
+                               f'color:{_ONE_CARD_COLOURS.get(status, "inherit")}">{html.escape(check.text)}</div>')
+        if check.done():
+            check.shown = True
 
 
 class _Demux:
@@ -276,6 +292,9 @@ class _Demux:
     def flush(self) -> None:
         if self._partial:
             self.write("\n")
+
+
+_ONE_CARD_COLOURS = {"fails": "#b8860b", "runs": "#d33", "unknown": "#888"}
 
 
 def _checks_html(checks) -> str:

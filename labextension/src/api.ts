@@ -2,7 +2,7 @@
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
-import { IAnalysis, IFinding } from './logic';
+import { IAnalysis, ICellResult, IFinding, IOneCard } from './logic';
 
 export interface IFixResult {
   notebook: { cells: Array<{ source: string | string[] }> };
@@ -28,7 +28,14 @@ export interface IJob {
   output: { [rank: string]: string };
   messages: string[];
   progress?: { [rank: string]: { [key: string]: unknown } };
-  result: { ok: boolean; checks: { [name: string]: string }; check_details: { [name: string]: ICheck } } | null;
+  one_card?: IOneCard | null; // after a cell failed on the ranks: the one-card rerun, running or its verdict
+  result: {
+    ok: boolean;
+    checks: { [name: string]: string };
+    check_details: { [name: string]: ICheck };
+    cells?: ICellResult[];
+    one_card?: IOneCard | null;
+  } | null;
 }
 
 export async function requestAPI<T>(endpoint: string, init: RequestInit = {}): Promise<T> {

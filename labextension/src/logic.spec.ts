@@ -1,4 +1,4 @@
-import { answerReplace, debounce, findingPlace, IAnalysis, lineMarks, planApply, statusWords } from './logic';
+import { answerReplace, debounce, failedCellLine, findingPlace, IAnalysis, lineMarks, ONE_CARD_WORDS, oneCardLine, planApply, statusWords } from './logic';
 
 const analysis = (over: Partial<IAnalysis>): IAnalysis => ({
   path: 'nb.ipynb',
@@ -118,5 +118,36 @@ describe('statusWords and debounce', () => {
     jest.advanceTimersByTime(1);
     expect(calls).toEqual([2]);
     jest.useRealTimers();
+  });
+});
+
+describe('the one-card verdict and the cell that stopped the run', () => {
+  it('says each status in the words of one table, with what the rerun saw', () => {
+    expect(
+      oneCardLine({ cell: 3, status: 'fails', detail: 'fails on one card too: not a distribution problem (cell 3: RuntimeError: f(x) broke)' })
+    ).toEqual({ words: 'fails on one card too: not a distribution problem', more: 'cell 3: RuntimeError: f(x) broke' });
+    expect(oneCardLine({ cell: 1, status: 'runs', detail: 'runs on one card: the distributed run breaks it (cells up to 1 ran at rank size 1)' })).toEqual({
+      words: ONE_CARD_WORDS.runs,
+      more: 'cells up to 1 ran at rank size 1'
+    });
+    expect(oneCardLine({ cell: 1, status: 'unknown', detail: 'not known: the one-card rerun up to cell 1 did not finish within 60 s' })).toEqual({
+      words: ONE_CARD_WORDS.unknown,
+      more: 'the one-card rerun up to cell 1 did not finish within 60 s'
+    });
+    expect(oneCardLine({ cell: 1, status: 'running', detail: 'rerunning the cells up to cell 1 on one card (at most 60 s)' }).more).toBe('');
+  });
+
+  it('names the cell that stopped the run, its ranks and the last line of their error, or the runner\'s message', () => {
+    const cells = [
+      { cell: 0, status: 'ok' as const, ranks: [] },
+      { cell: 1, status: 'error' as const, ranks: [{ rank: 0, error: null }, { rank: 1, error: 'Traceback\n  ...\nValueError: only rank 1\n' }] },
+      { cell: 2, status: 'skipped' as const, message: 'not run: cell 1 failed' }
+    ];
+    expect(failedCellLine(cells)).toEqual({ cell: 1, text: 'cell 1 failed on rank 1: ValueError: only rank 1' });
+    expect(failedCellLine([{ cell: 4, status: 'timeout', message: 'timed out after 4 s: rank 0 waits in all_reduce #0' }])).toEqual({
+      cell: 4,
+      text: 'cell 4 failed: timed out after 4 s: rank 0 waits in all_reduce #0'
+    });
+    expect(failedCellLine(cells.slice(0, 1))).toBeNull();
   });
 });

@@ -177,6 +177,59 @@ function trimEnd(text: string): string {
   return text.replace(/\n+$/, '');
 }
 
+/** After a cell failed on the ranks: does it fail on one card too? (npu_migrate_nb/sim/one_card.py) */
+export interface IOneCard {
+  cell: number;
+  status: 'running' | 'fails' | 'runs' | 'unknown';
+  detail: string;
+}
+
+/** The panel's words for the one-card rerun, in one place (to be translated as one). */
+export const ONE_CARD_WORDS: { [status in IOneCard['status']]: string } = {
+  running: 'rerunning the cells up to it on one card, to see whether it fails there too...',
+  fails: 'fails on one card too: not a distribution problem',
+  runs: 'runs on one card: the distributed run breaks it',
+  unknown: 'not known whether it fails on one card'
+};
+
+/** The one-card line: the words of its status, and what the rerun saw (from the server's detail). */
+export function oneCardLine(oneCard: IOneCard): { words: string; more: string } {
+  const words = ONE_CARD_WORDS[oneCard.status] ?? ONE_CARD_WORDS.unknown;
+  const detail = (oneCard.detail ?? '').trim();
+  if (oneCard.status === 'running') {
+    return { words, more: '' };
+  }
+  if (detail.startsWith(words)) {
+    const rest = detail.slice(words.length).trim(); // "(cell 3: ValueError: ...)"
+    return { words, more: rest.startsWith('(') && rest.endsWith(')') ? rest.slice(1, -1) : rest };
+  }
+  return { words, more: detail.replace(/^not known:\s*/, '') };
+}
+
+export interface ICellResult {
+  cell: number;
+  status: 'ok' | 'error' | 'timeout' | 'skipped';
+  message?: string;
+  ranks?: Array<{ rank: number; error?: string | null }>;
+}
+
+/** The cell that failed on the ranks, in one line: `cell 3 failed on rank 1: ValueError: ...`. */
+export function failedCellLine(cells: ICellResult[]): { cell: number; text: string } | null {
+  const failed = cells.find(cell => cell.status === 'error' || cell.status === 'timeout');
+  if (!failed) {
+    return null;
+  }
+  const last = (text: string) => text.split('\n').map(line => line.trim()).filter(line => line).pop() ?? '';
+  if (failed.message) {
+    return { cell: failed.cell, text: `cell ${failed.cell} failed: ${last(failed.message)}` };
+  }
+  const erred = (failed.ranks ?? []).filter(rank => rank.error);
+  const ranks = erred.map(rank => rank.rank).join(',');
+  const error = erred.length ? last(erred[0].error as string) : failed.status;
+  const where = erred.length ? ` on rank${erred.length > 1 ? 's' : ''} ${ranks}` : '';
+  return { cell: failed.cell, text: `cell ${failed.cell} failed${where}: ${error}` };
+}
+
 /** Call ``fn`` once ``wait`` ms have passed without another call. */
 export function debounce<A extends unknown[]>(fn: (...args: A) => void, wait: number): (...args: A) => void {
   let timer: ReturnType<typeof setTimeout> | undefined;

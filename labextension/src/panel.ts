@@ -5,7 +5,18 @@ import { Widget } from '@lumino/widgets';
 
 import * as api from './api';
 import { cellSources, writeCells } from './apply';
-import { debounce, findingPlace, IAnalysis, IFinding, lineMarks, planApply, STEPS, statusWords } from './logic';
+import {
+  debounce,
+  failedCellLine,
+  findingPlace,
+  IAnalysis,
+  IFinding,
+  lineMarks,
+  oneCardLine,
+  planApply,
+  STEPS,
+  statusWords
+} from './logic';
 import { showMarks } from './marks';
 
 export const PANEL_ID = 'npu-migrate-nb-panel';
@@ -324,6 +335,7 @@ export class NpuPanel extends Widget {
     for (const message of job.messages) {
       parts.push(element('div', { class: 'npu-message' }, message));
     }
+    parts.push(...this.failedCell(job));
     if (job.result) {
       const table = element('table', { class: 'npu-checks' });
       for (const [name, check] of Object.entries(job.result.check_details)) {
@@ -340,5 +352,25 @@ export class NpuPanel extends Widget {
       parts.push(table);
     }
     this.simulation.replaceChildren(...parts);
+  }
+
+  /** The cell that failed on the ranks and, under it, whether it fails on one card too. */
+  private failedCell(job: api.IJob): HTMLElement[] {
+    const oneCard = job.one_card ?? job.result?.one_card ?? null;
+    const failed = failedCellLine(job.result?.cells ?? []);
+    const cell = failed?.cell ?? oneCard?.cell;
+    if (cell === undefined) {
+      return [];
+    }
+    const parts = [element('div', { class: 'npu-failed-cell', 'data-cell': String(cell) }, failed?.text ?? `cell ${cell} failed`)];
+    if (oneCard) {
+      const { words, more } = oneCardLine(oneCard);
+      const line = element('div', { class: 'npu-one-card', 'data-status': oneCard.status, title: oneCard.detail }, words);
+      if (more) {
+        line.append(element('div', { class: 'npu-one-card-more' }, more));
+      }
+      parts.push(line);
+    }
+    return parts;
   }
 }

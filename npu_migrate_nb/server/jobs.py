@@ -66,6 +66,7 @@ class Job:
         self.messages: List[str] = []
         self.progress: Dict[int, dict] = {}
         self.result: Optional[dict] = None
+        self.one_card: Optional[dict] = None  # after a failed cell: the one-card rerun, running or its verdict
         self.error: Optional[str] = None
         self.exit_code: Optional[int] = None
         self.stop_requested = False
@@ -154,6 +155,8 @@ class Job:
                 self.cells_total = event.get("cells_total", self.cells_total)
                 if self.state == "starting":
                     self.state = "running"
+            elif kind == "one_card":
+                self.one_card = event.get("one_card")
             elif kind == "result":
                 self.result = event.get("result")
                 self.current_cell = None
@@ -209,6 +212,9 @@ class Job:
         with self._lock:
             self.exit_code = code
             self.current_cell = None
+            if self.one_card is not None and self.one_card.get("status") == "running":
+                self.one_card = dict(self.one_card, status="unknown",
+                                     detail="not known: the simulation ended before the one-card rerun did")
             if self.result is not None:
                 self.state = "done"
             elif self.stop_requested:
@@ -304,6 +310,7 @@ class Job:
                 "messages": list(self.messages),
                 "progress": {str(rank): data for rank, data in sorted(self.progress.items())},
                 "result": self.result,
+                "one_card": self.one_card,
                 "error": self.error,
             }
 

@@ -129,8 +129,11 @@ class Cluster:
         try:
             self._start_watchdog()
             # ipyparallel reports progress ("Waiting for connection file...") on stdout, which
-            # belongs to the run's output (JSON with --format json): send it to stderr.
-            with contextlib.redirect_stdout(sys.stderr):
+            # belongs to the run's output (JSON with --format json): send it to stderr. Not from a
+            # background thread (a one-card rerun in a kernel): sys.stdout is the whole process's,
+            # and the cell running meanwhile would print to stderr.
+            foreground = threading.current_thread() is threading.main_thread()
+            with contextlib.redirect_stdout(sys.stderr) if foreground else contextlib.nullcontext():
                 if self.profile:
                     self._start_from_profile()
                 else:

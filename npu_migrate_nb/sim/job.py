@@ -1,7 +1,7 @@
 """A simulated run of a notebook in a process of its own, reporting as JSON lines on stdout.
 
     python -m npu_migrate_nb.sim.job NOTEBOOK_PATH --ranks N --timeout S [--cwd DIR] [--parent-pid PID]
-                                     [--remove-at-exit DIR]
+                                     [--remove-at-exit DIR] [--no-one-card]
 
 The Jupyter server extension starts one of these per simulation; any other program can read its
 events the same way. It runs the notebook like ``npu-migrate-nb run`` (a :class:`.Cluster` of N
@@ -20,7 +20,12 @@ checks) and writes one JSON object per line to stdout:
   a rank died, a timeout, an interrupt);
 * ``{"event": "progress", "rank": r, "data": {...}}``: a rank's training progress, when the
   Runner reports it (see :class:`.Runner`'s ``progress``);
-* ``{"event": "result", "result": RunResult.to_json()}`` after the last cell;
+* ``{"event": "one_card", "one_card": {"cell": index, "status": "running", "detail": ...}}`` when a
+  cell failed on the ranks: they are stopped and the cells up to it rerun on one card (unless
+  ``--no-one-card``), then ``{"event": "one_card", "one_card": OneCard.to_json()}`` with its verdict
+  (``status`` "fails": it fails on one card too, "runs": the distributed run breaks it, "unknown");
+* ``{"event": "result", "result": RunResult.to_json()}`` after the last cell (its ``one_card`` is
+  the verdict, or null);
 * ``{"event": "error", "message": ...}``: the run could not happen (unusable notebook, the cluster
   did not start); exit code 2;
 * ``{"event": "stopped", "message": ...}``: SIGTERM or SIGINT stopped every rank; exit code 130.
@@ -219,6 +224,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                         help="stop when this process is no longer the parent (default: the parent at start)")
     parser.add_argument("--remove-at-exit", metavar="DIR",
                         help="a directory to remove on the way out (the one the server wrote the notebook to)")
+    parser.add_argument("--no-one-card", action="store_true",
+                        help="when a cell fails on the ranks, do not rerun the cells up to it on one card")
     return parser.parse_args(argv)
 
 
@@ -282,6 +289,8 @@ def run(args: argparse.Namespace, events: EventWriter, interrupts: Interrupts) -
         for outcome in result.cells:  # the cells not run after a failing one
             if outcome.cell in code_cells and outcome.cell not in runner.reported:
                 events.emit(cell_event(outcome))
+        if not args.no_one_card:
+            result.one_card = rerun_failed_cell_on_one_card(events, notebook, result, cluster)
         result.elapsed_s = time.monotonic() - started
         events.emit({"event": "result", "result": result.to_json()})
     finally:
@@ -290,6 +299,25 @@ def run(args: argparse.Namespace, events: EventWriter, interrupts: Interrupts) -
         errors.finish()
         cluster.stop()
     return EXIT_OK if result.ok else EXIT_FAILED
+
+
+def rerun_failed_cell_on_one_card(events: EventWriter, notebook, result, cluster):
+    """After a cell failed on the ranks: stop them (their cores go to the rerun) and rerun the cells
+    up to it on one card, saying so before and after; None when no cell failed. A SIGTERM meanwhile
+    stops the one-card rank as it stops the ranks."""
+    from .one_card import bound_for, rerun_on_one_card
+
+    failed = result.failed_cell
+    if failed is None or cluster.profile is not None:
+        return None
+    cluster.stop()
+    bound = bound_for(result.elapsed_s)
+    events.emit({"event": "one_card", "one_card": {
+        "cell": failed.cell, "status": "running",
+        "detail": f"rerunning the cells up to cell {failed.cell} on one card (at most {bound:.0f} s)"}})
+    one_card = rerun_on_one_card(notebook, failed.cell, cluster, bound)
+    events.emit({"event": "one_card", "one_card": one_card.to_json()})
+    return one_card
 
 
 def cell_event(outcome) -> dict:

@@ -60,8 +60,6 @@ def rerun_on_one_card(notebook: Notebook, cell: int, like: Cluster, bound: float
         runner = Runner(single, echo=captured, errors=captured)
         runner.prepare_for(notebook)
         for each in notebook.cells:
-            if each.index > cell:
-                break
             remaining = deadline - time.monotonic()
             if remaining <= 0 or (stop is not None and stop.is_set()):
                 return _out_of_time(cell, bound)
@@ -71,6 +69,8 @@ def rerun_on_one_card(notebook: Notebook, cell: int, like: Cluster, bound: float
                 return _out_of_time(cell, bound)
             if outcome.status == "error":
                 return OneCard(cell, FAILS, _fails_text(cell, each.index, outcome))
+            if each.index == cell:  # in the order run: a kernel's replayed cells keep their execution counts
+                break
         return OneCard(cell, RUNS, f"runs on one card: the distributed run breaks it (cells up to {cell} ran "
                                    "at rank size 1)")
     finally:

@@ -3,17 +3,28 @@
 The notebook doors (``%npu_cluster``, ``%%npu_distribute --run``) hold one ``ClusterSession``. It
 owns a :class:`.cluster.Cluster` and the :class:`.runner.Runner` that runs cells on it, so the
 run-time checks accumulate across the cells run so far, as in ``npu-migrate-nb run``.
+
+When a cell fails on the ranks, the session reruns the cells run on them so far, up to the failed
+one, on one card in the background (:class:`OneCardCheck`, over :mod:`.one_card`): the doors show
+whether it fails there too while the kernel goes on.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
+import threading
+import time
+import weakref
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from ..notebook import Cell, Notebook
 from . import checks as checks_module
 from .cluster import Cluster
+from .one_card import UNKNOWN, OneCard, OneCardRerun, bound_for
 from .runner import CellOutcome, Runner
 
 DEFAULT_RANKS = 2
@@ -39,6 +50,82 @@ class _CurrentStream:
 
 
 @dataclass
+class _Ran:
+    index: int
+    source: str
+    status: str
+    seconds: float
+
+
+_FAILED = ("error", "timeout")
+_live_checks: "weakref.WeakSet[OneCardCheck]" = weakref.WeakSet()
+
+
+class OneCardCheck:
+    """The one-card rerun after a cell failed on the ranks, as the doors see it: in the background,
+    future-like as ipyparallel's AsyncResult (``done()``, ``result(timeout)``, ``add_done_callback``),
+    and ``cancel()`` stops it and its rank. ``text`` is its line for a person; ``shown``: a door has
+    shown the verdict (the next magic says it otherwise)."""
+
+    def __init__(self, cells: Sequence[Tuple[int, str]], cell: int, like: Cluster, bound: float, directory: str):
+        self.cell = cell
+        self.bound = bound
+        self.shown = False
+        self._future: Future = Future()
+        self._future.set_running_or_notify_cancel()
+        notebook = Notebook(os.path.join(directory, "kernel.ipynb"),
+                            [Cell(index, "code", source) for index, source in cells])
+        _live_checks.add(self)
+        self._rerun = OneCardRerun(notebook, cell, like, bound)
+        threading.Thread(target=self._wait, name="npu-sim-one-card-wait", daemon=True).start()
+
+    def _wait(self) -> None:
+        self._settle(self._rerun.result())
+
+    def _settle(self, answer: OneCard) -> None:
+        try:
+            self._future.set_result(answer)
+        except InvalidStateError:  # stopped first: the rerun's own end is not the verdict
+            pass
+        _live_checks.discard(self)
+
+    def done(self) -> bool:
+        return self._future.done()
+
+    def result(self, timeout: Optional[float] = None) -> OneCard:
+        """The verdict; ``concurrent.futures.TimeoutError`` if it is not known within ``timeout``."""
+        return self._future.result(timeout)
+
+    def add_done_callback(self, callback: Callable[["OneCardCheck"], None]) -> None:
+        """``callback(self)`` once the verdict is known: at once if it is, else in the rerun's thread."""
+        self._future.add_done_callback(lambda _future: callback(self))
+
+    def cancel(self) -> None:
+        """Stop the rerun and its rank now (no process is left); the verdict is then "not known"."""
+        if self.done():
+            return
+        self._settle(OneCard(self.cell, UNKNOWN, "not known: the one-card rerun was stopped"))
+        self._rerun.cancel()
+
+    @property
+    def text(self) -> str:
+        if not self.done():
+            return (f"one card: rerunning the cells up to cell {self.cell} at rank size 1 in the background "
+                    f"(at most {self.bound:.0f} s)...")
+        return f"one card: {self.result().detail}"
+
+
+@atexit.register
+def _cancel_live_checks() -> None:
+    """At the kernel's exit, no one-card rerun goes on (its cluster's watchdog is the backstop)."""
+    for check in list(_live_checks):
+        try:
+            check.cancel()
+        except Exception:
+            pass
+
+
+@dataclass
 class RankStatus:
     rank: int
     pid: Optional[int]
@@ -52,6 +139,9 @@ class ClusterSession:
         self.echo = echo if echo is not None else _CurrentStream("stdout")
         self.errors = errors if errors is not None else _CurrentStream("stderr")
         self.cells_run: List[Tuple[int, str]] = []  # (cell index, status) in the order run
+        self._ran: List[_Ran] = []  # the same with each cell's source and time, for the one-card rerun
+        self.directory: Optional[str] = None
+        self.one_card: Optional[OneCardCheck] = None  # the rerun after the last cell that failed
         self.timeout = DEFAULT_TIMEOUT
         self.progress: Optional[Callable[[int, dict], None]] = None
         # Why the ranks are gone when a fault or an interrupt stopped them: their state is lost, so
@@ -80,8 +170,11 @@ class ClusterSession:
         self.runner = Runner(cluster, timeout=self.timeout, echo=self.echo, errors=self.errors,
                              progress=self._on_progress)
         self.runner._reset_probes()
-        self.runner._enter_directory(directory or os.getcwd())
+        self.directory = directory or os.getcwd()
+        self.runner._enter_directory(self.directory)
         self.cells_run = []
+        self._ran = []
+        self.one_card = None
         return cluster
 
     def _on_progress(self, rank: int, data: dict) -> None:
@@ -89,6 +182,9 @@ class ClusterSession:
             self.progress(rank, data)
 
     def stop(self) -> None:
+        """Stop the ranks, and the one-card rerun if one is going on."""
+        if self.one_card is not None:
+            self.one_card.cancel()
         if self.cluster is not None:
             self.cluster.stop()
         self.cluster = None
@@ -109,19 +205,58 @@ class ClusterSession:
 
     # ----------------------------------------------------------------------------------- cells
 
-    def run_cell(self, index: int, source: str, timeout: Optional[float] = None) -> CellOutcome:
+    def run_cell(self, index: int, source: str, timeout: Optional[float] = None, one_card: bool = True) -> CellOutcome:
+        """Run a cell on the ranks. ``one_card``: when it fails there, rerun the cells up to it on one
+        card in the background (``self.one_card``)."""
         if not self.running or self.runner is None:
             raise SessionError("no simulated cluster is running: %npu_cluster start [-n N]")
         self.runner.timeout = timeout if timeout is not None else self.timeout
+        started = time.monotonic()
         try:
             outcome = self.runner.run_cell(index, source)
         except KeyboardInterrupt:
             self._note_lost(index, "interrupted")
             raise
-        if outcome.status in ("error", "timeout") and not self.cluster.started:
+        if outcome.status in _FAILED and not self.cluster.started:
             self._note_lost(index, outcome.status)
         self.cells_run.append((index, outcome.status))
+        self._ran.append(_Ran(index, source, outcome.status, time.monotonic() - started))
+        if outcome.status in _FAILED and one_card:
+            self._rerun_on_one_card()
         return outcome
+
+    def _rerun_on_one_card(self) -> None:
+        """The cells that ran on these ranks without failing, then the one that just failed, on one
+        rank with the cluster's settings, in the background; the previous rerun is stopped. Not for
+        a cluster of one rank (it is one card) nor one of a profile (it runs elsewhere)."""
+        if self.one_card is not None:
+            self.one_card.cancel()
+            self.one_card = None
+        like = self.runner.cluster  # kept by the runner after a fault stopped the ranks
+        if like.n == 1 or like.profile is not None:
+            return
+        failed = self._ran[-1]
+        cells = [ran for ran in self._ran[:-1] if ran.status == "ok"] + [failed]
+        bound = bound_for(sum(ran.seconds for ran in cells))
+        self.one_card = OneCardCheck([(ran.index, ran.source) for ran in cells], failed.index, like, bound,
+                                     self.directory or os.getcwd())
+
+    def one_card_text(self) -> Optional[str]:
+        """The one-card line (rerunning, or its verdict, which then counts as shown), None when no
+        cell failed."""
+        check = self.one_card
+        if check is None:
+            return None
+        if check.done():
+            check.shown = True
+        return check.text
+
+    def unshown_one_card(self) -> Optional[str]:
+        """The verdict, once, if it came and no door has shown it yet."""
+        check = self.one_card
+        if check is None or check.shown or not check.done():
+            return None
+        return self.one_card_text()
 
     def _note_lost(self, index: int, what: str) -> None:
         self.cluster = None  # the runner stopped every rank
@@ -133,7 +268,7 @@ class ClusterSession:
         for index, source in cells:
             outcome = self.run_cell(index, source)
             outcomes.append(outcome)
-            if outcome.status in ("error", "timeout"):
+            if outcome.status in _FAILED:
                 break
         return outcomes
 
@@ -181,8 +316,16 @@ class ClusterSession:
                 if isinstance(state, dict) and (state.get("queue") or state.get("tasks"))}
 
     def status_text(self) -> str:
+        lines = [self._cluster_text()]
+        one_card = self.one_card_text()
+        if one_card is not None:
+            lines.append(one_card)
+        return "\n".join(lines)
+
+    def _cluster_text(self) -> str:
         if not self.running:
-            return "no simulated cluster is running (%npu_cluster start [-n N])"
+            why = f" ({self.lost})" if self.lost else ""
+            return f"no simulated cluster is running{why} (%npu_cluster start [-n N])"
         cluster = self.cluster
         lines = [f"simulated cluster: {cluster.n} ranks{' (TF1 mode)' if cluster.tf1 else ''}, "
                  f"job {cluster.job_id}, rank table {cluster.rank_table_path}"]

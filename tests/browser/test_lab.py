@@ -127,3 +127,21 @@ def test_the_panel_names_a_finding_in_the_notebooks_own_module_and_says_why_a_st
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "panel-module.png"))
     page.close()
+
+
+def test_the_panel_says_whether_a_cell_that_failed_on_the_ranks_fails_on_one_card_too(lab, browser):
+    cells = ["import os", "if os.environ['RANK_ID'] == '1':\n    raise ValueError('only rank 1 fails')"]
+    name = write_notebook(lab.root, "rank_one_fails.ipynb", cells)
+    page = open_notebook(browser, lab, name, kernel=False)
+    panel = open_panel(page)
+    panel.locator("button.npu-simulate").click()
+    verdict = panel.locator(".npu-one-card[data-status='runs']")
+    verdict.wait_for(timeout=240_000)  # after the ranks' run, the cells up to the failed one on one card
+    assert "runs on one card: the distributed run breaks it" in verdict.inner_text(), panel.inner_text()
+    assert "cells up to 1 ran at rank size 1" in verdict.locator(".npu-one-card-more").inner_text()
+    failed = panel.locator(".npu-failed-cell[data-cell='1']")
+    assert failed.inner_text() == "cell 1 failed on rank 1: ValueError: only rank 1 fails", panel.inner_text()
+    page.wait_for_selector("#npu-migrate-nb-panel .npu-job-state[data-state='done']", timeout=60_000)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "panel-one-card.png"))
+    page.close()

@@ -135,7 +135,7 @@ def test_the_stop_button_during_a_collective_one_rank_skips_stops_every_rank(ker
 def test_a_rank_that_dies_is_named_and_the_others_are_stopped(kernel):
     run(kernel, "%load_ext npu_migrate_nb")
     run(kernel, "%npu_cluster start -n 2")
-    died = run(kernel, "%%npu_distribute --run\nimport os, time\nprint('rank', os.environ['RANK_ID'], 'ready', flush=True)\n"
+    died = run(kernel, "%%npu_distribute --run --no-one-card\nimport os, time\nprint('rank', os.environ['RANK_ID'], 'ready', flush=True)\n"
                        "time.sleep(0.5)\nif os.environ['RANK_ID'] == '1':\n    os._exit(3)\ntime.sleep(60)", status="error")
     text = died.text()
     assert "rank 1 died during cell" in text and "Stopped the other ranks (0)" in text, text
@@ -228,7 +228,7 @@ def test_a_collective_one_rank_skips_times_out_naming_where_each_rank_is(kernel)
     run(kernel, "%load_ext npu_migrate_nb")
     run(kernel, "%npu_cluster start -n 2")
     run(kernel, "%%npu_distribute --run\nimport os\nimport tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()")
-    stuck = run(kernel, "%%npu_distribute --run --timeout 4\nif os.environ['RANK_ID'] == '0':\n"
+    stuck = run(kernel, "%%npu_distribute --run --timeout 4 --no-one-card\nif os.environ['RANK_ID'] == '0':\n"
                         "    npu.distribute.all_reduce([tf.ones(3)])\n", status="error")
     text = stuck.text()
     assert "timed out after 4 s: rank 0 waits in all_reduce #0 at line 3 of the cell" in text, text
