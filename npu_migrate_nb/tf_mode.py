@@ -8,16 +8,17 @@ ranks run in (TF1: ``tf.compat.v1.disable_v2_behavior()`` and ``import tensorflo
 1. the notebook turns TensorFlow 2 behaviour off itself (``disable_v2_behavior``,
    ``disable_eager_execution``, the TF2 adapter's ``npu.compat.enable_v1()``): TF1;
 2. it turns eager execution on itself (``enable_eager_execution``): TF2 behaviour;
-3. it calls, through ``import tensorflow``, a name that exists only in TensorFlow 1 (``tf.Session``,
+3. it imports the TF2 adapter (``npu_device``, as the vendor's TF2 tool leaves scripts): TF2;
+4. it calls, through ``import tensorflow``, a name that exists only in TensorFlow 1 (``tf.Session``,
    ``tf.placeholder``, ``tf.train.AdamOptimizer``, ``tf.layers``, ``tf.contrib``): TF1;
-4. it imports TensorFlow only as ``tensorflow.compat.v1`` and calls TF1's API with it (sessions,
+5. it imports TensorFlow only as ``tensorflow.compat.v1`` and calls TF1's API with it (sessions,
    placeholders, ``tf.train`` optimizers), which TensorFlow 2 runs only in graph mode: TF1 (beside a
    plain ``import tensorflow``, as TensorFlow's migration guides write, it is a compat.v1 part);
-5. it imports the TF1 adapter (``npu_bridge``, as the vendor's tool leaves TF1 scripts), or calls
+6. it imports the TF1 adapter (``npu_bridge``, as the vendor's tool leaves TF1 scripts), or calls
    its API bare, and does not import the TF2 one: TF1;
-6. it trains only Estimators, with no eager-only code (``.numpy()``): TF1, where Ascend runs
+7. it trains only Estimators, with no eager-only code (``.numpy()``): TF1, where Ascend runs
    Estimators (the TF1 adapter's NPUEstimator and hooks, on TensorFlow 1.15);
-7. otherwise TF2; a ``tf.compat.v1`` part (an Estimator, a ``tf.compat.v1.Session`` under
+8. otherwise TF2; a ``tf.compat.v1`` part (an Estimator, a ``tf.compat.v1.Session`` under
    ``tf.Graph().as_default()``) runs in graph mode inside it, as TensorFlow 2 runs it.
 
 Every reason names the call and its cell, so that a person can see why.
@@ -32,6 +33,8 @@ from . import knowledge as K
 from .facts import NPU_BRIDGE_NAMES, CallSite, CellFacts, NotebookFacts
 
 TF1, TF2 = "tf1", "tf2"
+# HCCL's rank getters (hccl.manage.api) serve TF2 programs too: calling them says nothing of the mode.
+_ALSO_IN_TF2 = frozenset({"get_rank_size", "get_rank_id", "get_local_rank_id"})
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,8 @@ def tensorflow_mode(facts: NotebookFacts, frameworks=()) -> Mode:
     if found:
         cell, site = found
         return Mode(TF2, f"the notebook turns eager execution on itself ({_callee(site)}(), cell {cell})", cell)
+    if _imports_the_tf2_adapter(facts):
+        return Mode(TF2, "it imports the TF2 adapter (npu_device)")
     found = _first(facts, _tf1_only_calls(facts))
     if found:
         cell, site = found
@@ -67,7 +72,8 @@ def tensorflow_mode(facts: NotebookFacts, frameworks=()) -> Mode:
     if not facts.imports_module("npu_device"):
         if facts.imports_module("npu_bridge"):
             return Mode(TF1, "it imports the TF1 adapter (npu_bridge)")
-        found = _first(facts, (entry for entry in facts.calls(*NPU_BRIDGE_NAMES) if entry[2].dotted in NPU_BRIDGE_NAMES))
+        tf1_api = NPU_BRIDGE_NAMES - _ALSO_IN_TF2
+        found = _first(facts, (entry for entry in facts.calls(*tf1_api) if entry[2].dotted in tf1_api))
         if found:
             cell, site = found
             return Mode(TF1, f"it calls the TF1 adapter's {site.dotted} (cell {cell})", cell)
@@ -92,6 +98,14 @@ def _first(facts: NotebookFacts, found: Iterator[Tuple[int, CellFacts, CallSite]
     first = min(((cell, site.node.lineno, site.node.col_offset, id(site), site) for cell, _, site in found
                  if cell in own), default=None)
     return None if first is None else (first[0], first[-1])
+
+
+def _imports_the_tf2_adapter(facts: NotebookFacts) -> bool:
+    """``import npu_device`` (its ``compat.v1`` copy of the TF1 adapter does not count: TF2 code with a
+    TF1 part imports it; the notebook's own modules do not decide)."""
+    own = {index for index, _ in facts.notebook_cells}
+    return any(fact.module.split(".")[0] == "npu_device" and not fact.module.startswith("npu_device.compat")
+               for index, cell_facts in facts.cells if index in own for fact in cell_facts.imports)
 
 
 def _callee(site: CallSite) -> str:

@@ -26,7 +26,7 @@ def test_text_report_is_one_line_per_finding_then_the_steps(capsys):
     lines = out.strip().splitlines()
     findings = [line for line in lines if LINE.match(line)]
     assert len(findings) == 3 and all(LINE.match(line)["path"] == path for line in findings)
-    assert lines[len(findings)] == f"{path}: framework keras, adapter npu_device, TensorFlow 2 (no TensorFlow 1-only API in the code)"
+    assert lines[len(findings)] == f"{path}: framework keras, adapter npu_device, TensorFlow 2 (it imports the TF2 adapter (npu_device))"
     assert [" ".join(line.split(":")[0].split()) for line in lines[-3:]] == ["MISSING variable broadcast (变量广播)",
                                                                   "MISSING gradient aggregation (梯度聚合)",
                                                                   "MISSING dataset sharding (数据集分片)"]

@@ -97,7 +97,7 @@ def model_fn(features, labels, mode):
     opt = tf.compat.v1.train.AdamOptimizer()
     return tf.estimator.EstimatorSpec(mode, loss=l, train_op=opt.minimize(l))
 est = tf.estimator.Estimator(model_fn)
-input_fn = tf.compat.v1.estimator.inputs.numpy_input_fn(x={'x': X}, y=Y, batch_size=32, shuffle=True)
+input_fn = tf.compat.v1.estimator.inputs.pandas_input_fn(frame, y=labels, batch_size=32, shuffle=True)
 est.train(input_fn, steps=10)
 """
 
@@ -109,6 +109,15 @@ def test_a_step_that_cannot_be_located_is_still_reported_where_training_happens(
     assert len(shard) == 1 and shard[0].fix is None and shard[0].line == train_line
     assert "were recognized" in shard[0].message and "by hand" in shard[0].message
     assert after.steps == {"broadcast": "present", "allreduce": "present", "shard": "missing"}
+
+
+def test_an_estimators_numpy_input_fn_is_sharded_by_slicing_its_arrays():
+    text = NUMPY_INPUT_ESTIMATOR.replace("pandas_input_fn(frame, y=labels,", "numpy_input_fn(x={'x': X}, y=Y,")
+    _, fixed, after = fixed_and_reanalyzed(text)
+    assert ("numpy_input_fn(x={'x': X[int(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', '1'))]}, "
+            "y=Y[int(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', '1'))], "
+            "batch_size=32 // int(os.getenv('RANK_SIZE', '1')), shuffle=True)") in fixed
+    assert after.steps == {"broadcast": "present", "allreduce": "present", "shard": "present"}
 
 
 def test_broken_cell_does_not_stop_the_rest():

@@ -37,6 +37,9 @@ CASES = [
     ("import tensorflow as tf\nprint(next(iter(ds))[0].numpy())\n"
      "est = tf.estimator.DNNClassifier(hidden_units=[8], feature_columns=cols)\nest.train(input_fn, steps=10)\n",
      "tf2", ["eager-only code", "numpy"]),
+    # The vendor's TF2 tool leaves npu_device imported: TF2, whatever else the code says.
+    ("import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\nopt = tf.train.AdamOptimizer()\n",
+     "tf2", ["imports the TF2 adapter"]),
     # Plain TF2.
     ("import tensorflow as tf\nmodel = tf.keras.Sequential([tf.keras.layers.Dense(1)])\nmodel.compile('sgd', 'mse')\n"
      "model.fit(x, y)\n", "tf2", ["no TensorFlow 1-only API"]),

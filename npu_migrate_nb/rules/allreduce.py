@@ -435,6 +435,9 @@ class MissingAllreduce(Rule):
         if context.tf1:
             findings += self._wrap_tf1_optimizers(context)
             findings += self._canned_estimator_optimizers(context)
+        elif "estimator" in context.frameworks:  # the Estimator part of TF2 code trains in a TF1 graph
+            findings += self._wrap_tf1_optimizers(context, only_in=_model_fns(context))
+            findings += self._canned_estimator_optimizers(context, only_v1=True)
         if "keras" in context.frameworks:
             findings += self._wrap_compiled_optimizers(context)
         if "custom-loop" in context.frameworks and not context.tf1:
@@ -462,9 +465,12 @@ class MissingAllreduce(Rule):
             )
 
     # -- TF1: wrap every tf.train optimizer where it is created
-    def _wrap_tf1_optimizers(self, context) -> Iterator[Finding]:
+    def _wrap_tf1_optimizers(self, context, only_in: Optional[set] = None) -> Iterator[Finding]:
+        """``only_in``: the functions whose optimizers are wrapped (None: all of them)."""
         given = _given_to_flag_optimizers(context)
         for cell, facts, site in context.facts.calls_to(*K.TF1_OPTIMIZERS):
+            if only_in is not None and site.function not in only_in and not _given_to_an_estimator(context, site):
+                continue
             if _already_wrapped(context, site) or id(site.node) in given or (
                 (site.function, single_target(site.stmt)) in given
             ):
@@ -479,8 +485,11 @@ class MissingAllreduce(Rule):
             )
 
     # -- TF1 canned Estimators: the optimizer they would build from a string, explicit and wrapped
-    def _canned_estimator_optimizers(self, context) -> Iterator[Finding]:
+    def _canned_estimator_optimizers(self, context, only_v1: bool = False) -> Iterator[Finding]:
+        """``only_v1``: only the Estimators spelled from tf.compat.v1 (TF2's own take Keras optimizers)."""
         for cell, facts, site in context.facts.calls_to(*K.CANNED_ESTIMATOR_OPTIMIZERS):
+            if only_v1 and "compat.v1" not in _written(context, site) and not _from_a_v1_alias(context, site):
+                continue
             for parameter in K.CANNED_ESTIMATOR_OPTIMIZERS[context.facts.resolve(site.dotted)]:
                 name, position, default, learning_rate, part = parameter
                 if part is not None and _is_none(site.argument(part[1], part[0])):
@@ -603,6 +612,42 @@ class MissingAllreduce(Rule):
             if (cell, edit.start) not in seen:
                 seen.add((cell, edit.start))
                 yield self.finding(cell, facts, site.node if creation else optimizer, message, [edit])
+
+
+def _model_fns(context) -> set:
+    """The functions given to an Estimator as its model_fn, and the functions they call."""
+    found = set()
+    for _, _, site in context.facts.calls_to(*K.ESTIMATORS):
+        given = site.argument(0, "model_fn")
+        if isinstance(given, ast.Name):
+            found.add(given.id)
+    pending = list(found)
+    while pending:
+        located = context.facts.function(pending.pop())
+        if located is None:
+            continue
+        _, facts, node = located
+        for site in facts.calls:
+            if site.function == node.name and site.dotted and "." not in site.dotted and site.dotted not in found \
+                    and context.facts.function(site.dotted) is not None:
+                found.add(site.dotted)
+                pending.append(site.dotted)
+    return found
+
+
+def _given_to_an_estimator(context, site: CallSite) -> bool:
+    outer = site.argument_of
+    return outer is not None and context.facts.resolve(outer.dotted) in K.ESTIMATORS
+
+
+def _written(context, site: CallSite) -> str:
+    head, _, rest = (site.dotted or "").partition(".")
+    module = context.facts.aliases.get(head)
+    return (module + ("." + rest if rest else "")) if module else (site.dotted or "")
+
+
+def _from_a_v1_alias(context, site: CallSite) -> bool:
+    return context.facts.aliases.get((site.dotted or "").partition(".")[0]) == "tensorflow.compat.v1"
 
 
 def _trains_only_boosted_trees(context) -> bool:

@@ -89,6 +89,20 @@ class MissingShard(Rule):
     ]
 
     INVALID = [
+        # A TF1 Estimator's input_fn made from arrays (TensorFlow's migration guides).
+        Example(
+            "import numpy as np\nimport tensorflow.compat.v1 as tf1\n"
+            "classifier = tf1.estimator.DNNClassifier(feature_columns=columns, hidden_units=[32])\n"
+            "train_input_fn = tf1.estimator.inputs.numpy_input_fn(x={'x': x_train}, y=y_train, batch_size=50, "
+            "shuffle=True)\n"
+            "classifier.train(train_input_fn, max_steps=10)\n",
+            "import numpy as np\nimport tensorflow.compat.v1 as tf1\nimport os\n"
+            "classifier = tf1.estimator.DNNClassifier(feature_columns=columns, hidden_units=[32])\n"
+            "train_input_fn = tf1.estimator.inputs.numpy_input_fn(x={'x': x_train[int(os.getenv('RANK_ID', '0'))::"
+            "int(os.getenv('RANK_SIZE', '1'))]}, y=y_train[int(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', "
+            "'1'))], batch_size=50 // int(os.getenv('RANK_SIZE', '1')), shuffle=True)\n"
+            "classifier.train(train_input_fn, max_steps=10)\n",
+        ),
         # A global batch of 1 (TensorFlow's migration guides) cannot be split: shard, keep the batch.
         Example(
             "import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\n"
@@ -368,6 +382,7 @@ class MissingShard(Rule):
             if not _for_evaluation(facts, site) and not is_validation_subset(site):
                 findings.append(self._shard_batched_source(context, cell, facts, site))
         findings += self._shard_image_generators(context)
+        findings += self._shard_numpy_input_fns(context)
         findings += self._shard_fed_arrays(context)
         if "keras" in context.frameworks:
             findings += self._shard_arrays(context)
@@ -509,6 +524,33 @@ class MissingShard(Rule):
         )
 
     # -- numpy arrays given to fit
+    def _shard_numpy_input_fns(self, context) -> List[Finding]:
+        """``tf.compat.v1.estimator.inputs.numpy_input_fn(x={...}, y=..., batch_size=B)``: each rank
+        its every N-th row of every array, and its share of the batch."""
+        findings = []
+        for cell, facts, site in context.facts.calls_to(*K.NUMPY_INPUT_FNS):
+            if _for_evaluation(facts, site):
+                continue
+            arrays = [leaf for argument in (site.argument(0, "x"), site.argument(1, "y")) if argument is not None
+                      for leaf in _array_leaves(argument)]
+            message = ("every rank reads all the arrays of this input_fn: give each rank every N-th row "
+                       "(x[RANK_ID::RANK_SIZE]) and split the batch size across ranks")
+            if not arrays or any(leaf is None for leaf in arrays):
+                findings.append(self.finding(cell, facts, site.node, message + " (slice each array by hand)"))
+                continue
+            rank_slice = f"[{K.RANK_ID_EXPR}::{K.RANK_SIZE_EXPR}]"
+            edits = [_sliced(cell, facts, array, rank_slice, [NEEDS_OS]) for array in arrays]
+            batch_size = site.keyword("batch_size")
+            if batch_size is not None:
+                edits.append(_divided(cell, facts, batch_size.value, K.RANK_SIZE_EXPR, [NEEDS_OS]))
+            else:
+                default = K.NUMPY_INPUT_FNS[context.facts.resolve(site.dotted)]
+                edits.append(add_argument(cell, facts, site.node, f"batch_size={default} // {K.RANK_SIZE_EXPR}",
+                                          [NEEDS_OS]))
+            context.shard_fix_splits_batch = True
+            findings.append(self.finding(cell, facts, site.node, message, edits))
+        return findings
+
     def _shard_arrays(self, context) -> Iterator[Finding]:
         scopes_with_rank_line = set()
         for cell, facts, site in context.facts.calls("fit"):
