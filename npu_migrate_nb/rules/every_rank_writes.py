@@ -18,7 +18,8 @@ from .base import Example, Rule, guard, rank_test_around, replace_with
 
 RANK_ZERO = "int(os.getenv('RANK_ID', '0')) == 0"
 # Functions that write a model (canonical names), and what they are called in the message.
-_SAVE_FUNCTIONS = frozenset({"tensorflow.saved_model.save", "tensorflow.keras.models.save_model"})
+_SAVE_FUNCTIONS = frozenset({"tensorflow.saved_model.save", "tensorflow.keras.models.save_model",
+                             "tensorflow.saved_model.simple_save"})
 # Methods that write files, by what their receiver was made with.
 _MODEL_METHODS = ("save", "save_weights")
 _CHECKPOINT_MAKERS = frozenset({"tensorflow.train.Checkpoint", "tensorflow.train.CheckpointManager",

@@ -1112,6 +1112,9 @@ def _watch_file_writers(tf) -> None:
     saved_model = tf.saved_model
     if not getattr(saved_model.save, "_npu_probe", False):
         saved_model.save = _wrap_writer(saved_model.save, "tf.saved_model.save", "export_dir")
+    v1_saved_model = tf.compat.v1.saved_model
+    if not getattr(v1_saved_model.simple_save, "_npu_probe", False):
+        v1_saved_model.simple_save = _wrap_writer(v1_saved_model.simple_save, "saved_model.simple_save", "export_dir")
     manager = getattr(tf.train, "CheckpointManager", None)
     if manager is not None and not getattr(manager.save, "_npu_probe", False):
         original = manager.save
