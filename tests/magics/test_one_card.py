@@ -13,21 +13,12 @@ from npu_migrate_nb.sim.one_card import OneCard
 from npu_migrate_nb.sim.session import ClusterSession
 
 from .kernel import Kernel
-from .test_cluster_magics import _descendants, _descendants_alive, run
+from .test_cluster_magics import _descendants, _descendants_alive, kernel, run  # noqa: F401 (kernel: a fixture)
 
 pytestmark = pytest.mark.sim
 RANK_ONE_FAILS = "%%npu_distribute --run\nif os.environ['RANK_ID'] == '1':\n    raise ValueError('only rank 1 fails')\n"
 EVERY_RANK_FAILS = "%%npu_distribute --run\nraise RuntimeError('broken everywhere')\n"
 WAIT_FOR_VERDICT = "import npu_migrate_nb\nprint(npu_migrate_nb.one_card().result(240).status)"
-
-
-@pytest.fixture
-def kernel():
-    kernel = Kernel(extra_env={"NPU_MIGRATE_NB_WIDGETS": "0"})
-    yield kernel
-    pid = kernel.pid
-    kernel.shutdown()
-    assert not _descendants_alive(pid)
 
 
 def verdict_in_status(kernel, words, timeout=240.0):
