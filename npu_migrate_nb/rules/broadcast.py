@@ -461,6 +461,25 @@ class MissingBroadcast(Rule):
             done.add(variables_code)
             code = f"{context.npu}.distribute.broadcast({variables_code})"
             anchor = _broadcast_anchor(context, cell, facts, site, variables)
+            if anchor is not None and _local_to_the_function(context, facts, site, variables):
+                passed = _as_passed_at_the_top_level(context, cell, facts, site, variables)
+                if passed is not None:
+                    p_cell, p_facts, p_stmt, p_code = passed
+                    p_code = f"{context.npu}.distribute.broadcast({p_code})"
+                    yield self.finding(
+                        p_cell, p_facts, p_stmt,
+                        f"variables are not broadcast from rank 0: ranks start from different weights; add {p_code} "
+                        f"before {site.function} trains them",
+                        [insert_before(p_cell, p_facts, p_stmt, p_code, [NEEDS_NPU_DEVICE])],
+                    )
+                    continue
+                yield self.finding(  # a parameter or a local of the step function: no name to broadcast outside it
+                    cell, facts, site.node,
+                    f"variables are not broadcast from rank 0, and {variables_code} is local to {site.function}: "
+                    f"broadcast the variables it stands for where they are made, once built ({context.npu}."
+                    "distribute.broadcast(...)); add it by hand",
+                )
+                continue
             if anchor is None:
                 yield self.finding(
                     cell, facts, site.node,
@@ -857,6 +876,51 @@ def _after_first_update(context, cell, facts, gradient: CallSite, variables: ast
     if not isinstance(step.stmt, (ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign)):
         return None  # ``total_loss += step(x)`` too: the broadcast goes after the statement
     return s_cell, s_facts, step.stmt, optimizer
+
+
+def _as_passed_at_the_top_level(context, cell, facts, site: CallSite, variables: ast.expr):
+    """(cell, facts, statement, code) when ``variables`` starts from a parameter of the step function
+    and the notebook calls that function at its top level with a name there (``train(mlp, ...)`` for
+    ``def train(model, ...)``: ``mlp.variables``), to broadcast before that statement; else None."""
+    root, chain = variables, []
+    while isinstance(root, ast.Attribute):
+        chain.append(root.attr)
+        root = root.value
+    function = facts.functions.get(site.function) if site.function else None
+    if not isinstance(root, ast.Name) or function is None:
+        return None
+    names = [a.arg for a in [*function.args.posonlyargs, *function.args.args]]
+    if root.id not in names:
+        return None
+    position = names.index(root.id)
+    for c_cell, c_facts, call in context.facts.calls(site.function):
+        if call.dotted != site.function or call.function is not None:
+            continue
+        given = call.argument(position, root.id)
+        if isinstance(given, ast.Name) and any(a.function is None for _, _, a in context.facts.assignments(given.id)):
+            code = ".".join([given.id, *reversed(chain)])
+            return c_cell, c_facts, top_level_statement(c_facts, call.stmt), code
+    return None
+
+
+def _local_to_the_function(context, facts: CellFacts, site: CallSite, variables: ast.expr) -> bool:
+    """Is the name ``variables`` starts from a parameter or a local of the function the gradient is in,
+    with nothing of that name at the notebook's top level (``train_step(x, model)`` given the top-level
+    ``model`` is fine)?"""
+    root = variables
+    while isinstance(root, (ast.Attribute, ast.Subscript, ast.Call)):
+        root = root.func if isinstance(root, ast.Call) else root.value
+    function = facts.functions.get(site.function) if site.function else None
+    if not isinstance(root, ast.Name) or function is None:
+        return False
+    if any(a.function is None for _, _, a in context.facts.assignments(root.id)) or root.id in context.facts.aliases:
+        return False
+    arguments = function.args
+    parameters = {a.arg for a in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs,
+                                  *filter(None, [arguments.vararg, arguments.kwarg])]}
+    if root.id in parameters:
+        return True
+    return any(a.function == site.function for a in facts.assignments.get(root.id, ()))
 
 
 def _model_name(variables: ast.expr) -> Optional[str]:
