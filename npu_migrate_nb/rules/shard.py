@@ -66,6 +66,10 @@ class MissingShard(Rule):
     severity = "error"
 
     VALID = [
+        # One element repeated (tensorflow.org's distributed training guide): nothing to shard.
+        "import tensorflow as tf\n"
+        "dataset = tf.data.Dataset.from_tensors(([1.], [1.])).repeat(100).batch(10)\n"
+        "model.compile(loss='mse', optimizer='sgd')\nmodel.fit(dataset, epochs=2)\n",
         "import tensorflow as tf\nimport os\n"
         "ds = tf.data.Dataset.from_tensor_slices(x).shard(int(os.getenv('RANK_SIZE', '1')), int(os.getenv('RANK_ID', '0')))\n"
         "estimator = tf.estimator.Estimator(model_fn=f)\n",
@@ -361,6 +365,10 @@ class MissingShard(Rule):
         ),
     ]
 
+    def prepare(self, context) -> None:
+        if _reads_one_repeated_element(context):
+            context.mark("shard", "not-applicable", ONE_ELEMENT_REASON)
+
     def check(self, context) -> Iterable[Finding]:
         if context.steps["shard"] != "missing":
             return []
@@ -374,6 +382,8 @@ class MissingShard(Rule):
                 continue  # Dataset.zip((a, b)): shard the zip, not each part
             if _for_evaluation(facts, site) or _loads_whole_split(context, site) or _feeds_only_inference(facts, site):
                 continue
+            if site.method == "from_tensors":
+                continue  # one element: a shard would leave the other ranks nothing (ONE_ELEMENT_REASON)
             findings.append(self._shard_pipeline(context, cell, facts, site))
         for cell, facts, site in _io_read_sessions(context):
             if not _for_evaluation(facts, site):
@@ -714,6 +724,21 @@ def with_last_argument(facts: CellFacts, call: CallSite, argument: str) -> str:
     inside = text[:-1].rstrip()
     separator = "" if inside.endswith(("(", ",")) else ", "
     return f"{inside}{separator}{argument})"
+
+
+ONE_ELEMENT_REASON = (
+    "the training data is one element repeated (Dataset.from_tensors(...).repeat()): every rank reads the "
+    "same sample whatever the split, so there is nothing to shard"
+)
+
+
+def _reads_one_repeated_element(context) -> bool:
+    """Every dataset the notebook makes is ``from_tensors`` (one element), and nothing else feeds training
+    (no arrays to fit, no other source)."""
+    sources = [site for _, facts, site in context.facts.calls_to(*K.DATASET_SOURCES) if not _for_evaluation(facts, site)]
+    if not sources or any(site.method != "from_tensors" for site in sources):
+        return False
+    return not any(site.argument(1, "y") is not None for _, _, site in context.facts.calls("fit"))
 
 
 # Dataset methods that make the samples out of the source's elements (a time series' windows): a
