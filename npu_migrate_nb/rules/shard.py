@@ -24,6 +24,7 @@ from .base import (
     top_level_statement,
 )
 from .tf_distribute import dataset_functions_owned
+from .training_reach import feeds_no_training
 
 RANK_BATCH = "rank_batch_size"
 RANK_BATCHES = "RankBatches"
@@ -66,6 +67,19 @@ class MissingShard(Rule):
     severity = "error"
 
     VALID = [
+        # tensorflow.org's tf.function guide: its datasets only show the API (next() on an iterator, a
+        # graph's size); its training steps read tensors it makes. Nothing to shard is recognized
+        # (shard: unknown, with the reason), and no dataset is cut.
+        "import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\n"
+        "@tf.function\ndef good_consume_next(iterator):\n    tf.print('Value:', next(iterator))\n"
+        "ds = tf.data.Dataset.from_tensor_slices([1, 2, 3])\niterator = iter(ds)\ngood_consume_next(iterator)\n"
+        "def measure_graph_size(f, *args):\n    print(len(f.get_concrete_function(*args).graph.as_graph_def().node))\n"
+        "@tf.function\ndef train(dataset):\n    loss = tf.constant(0)\n    for x, y in dataset:\n        loss += tf.abs(y - x)\n"
+        "    return loss\n"
+        "measure_graph_size(train, tf.data.Dataset.from_generator(lambda: [(1, 1)] * 3, (tf.int32, tf.int32)))\n"
+        "w = tf.Variable(2.)\nx = tf.constant([-1.])\n"
+        "with tf.GradientTape() as tape:\n    loss = tf.reduce_sum(tf.square(w * x))\n"
+        "grads = npu.distribute.all_reduce(tape.gradient(loss, [w]), reduction='mean')\n",
         # One element repeated (tensorflow.org's distributed training guide): nothing to shard.
         "import tensorflow as tf\n"
         "dataset = tf.data.Dataset.from_tensors(([1.], [1.])).repeat(100).batch(10)\n"
@@ -93,6 +107,65 @@ class MissingShard(Rule):
     ]
 
     INVALID = [
+        # Three rows written in the notebook (TensorFlow's migration guides): cut to a multiple of the
+        # ranks first, or rank 0 runs two steps and rank 1 one, and rank 0 waits in the all-reduce.
+        Example(
+            "import tensorflow as tf\nimport tensorflow.compat.v1 as tf1\n"
+            "features = [[1., 1.5], [2., 2.5], [3., 3.5]]\nlabels = [[0.3], [0.5], [0.7]]\n"
+            "def _input_fn():\n    return tf1.data.Dataset.from_tensor_slices((features, labels)).batch(1)\n"
+            "estimator = tf1.estimator.Estimator(model_fn=_model_fn)\nestimator.train(_input_fn)\n",
+            "import tensorflow as tf\nimport os\nimport tensorflow.compat.v1 as tf1\n"
+            "features = [[1., 1.5], [2., 2.5], [3., 3.5]]\nlabels = [[0.3], [0.5], [0.7]]\n"
+            "def _input_fn():\n    return tf1.data.Dataset.from_tensor_slices((features, labels)).take(len(features) // "
+            "int(os.getenv('RANK_SIZE', '1')) * int(os.getenv('RANK_SIZE', '1'))).shard(int(os.getenv('RANK_SIZE', '1')), "
+            "int(os.getenv('RANK_ID', '0'))).batch(1)\n"
+            "estimator = tf1.estimator.Estimator(model_fn=_model_fn)\nestimator.train(_input_fn)\n",
+        ),
+        Example(
+            "import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\n"
+            "features = [[1.], [2.], [3.], [4.], [5.]]\nlabels = [[0.], [1.], [0.], [1.], [0.]]\n"
+            "dataset = tf.data.Dataset.from_tensor_slices((features, labels)).batch(2)\n"
+            "model.compile(optimizer='sgd', loss='mse')\nmodel.fit(dataset)\n",
+            "import tensorflow as tf\nimport os\nimport npu_device as npu\nnpu.open().as_default()\n"
+            "features = [[1.], [2.], [3.], [4.], [5.]]\nlabels = [[0.], [1.], [0.], [1.], [0.]]\n"
+            "dataset = tf.data.Dataset.from_tensor_slices((features, labels))\n"
+            "dataset, rank_batch_size = npu.distribute.shard_and_rebatch_dataset(dataset.take(len(features) // "
+            "int(os.getenv('RANK_SIZE', '1')) * int(os.getenv('RANK_SIZE', '1'))), 2)\n"
+            "dataset = dataset.batch(rank_batch_size)\n"
+            "model.compile(optimizer='sgd', loss='mse')\nmodel.fit(dataset)\n",
+        ),
+        # A dataset that only shows an API (printed, next() on its iterator in a tf.function) is left
+        # whole; the one fit trains on is sharded.
+        Example(
+            "import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\n"
+            "@tf.function\ndef show_next(iterator):\n    tf.print(next(iterator))\n"
+            "ds = tf.data.Dataset.from_tensor_slices([1, 2, 3])\niterator = iter(ds)\nshow_next(iterator)\n"
+            "for element in ds.take(2):\n    print(element)\n"
+            "train = tf.data.Dataset.from_tensor_slices((x, y)).batch(64)\n"
+            "model.compile(optimizer='sgd', loss='mse')\nmodel.fit(train)\n",
+            "import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\n"
+            "@tf.function\ndef show_next(iterator):\n    tf.print(next(iterator))\n"
+            "ds = tf.data.Dataset.from_tensor_slices([1, 2, 3])\niterator = iter(ds)\nshow_next(iterator)\n"
+            "for element in ds.take(2):\n    print(element)\n"
+            "train = tf.data.Dataset.from_tensor_slices((x, y))\n"
+            "train, rank_batch_size = npu.distribute.shard_and_rebatch_dataset(train, 64)\n"
+            "train = train.batch(rank_batch_size)\n"
+            "model.compile(optimizer='sgd', loss='mse')\nmodel.fit(train)\n",
+        ),
+        # A dataset given to a notebook function that trains on it is training data.
+        Example(
+            "import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\n"
+            "def train_loop(dataset):\n    for x, y in dataset:\n        step(x, y)\n"
+            "def step(x, y):\n    with tf.GradientTape() as tape:\n        loss = loss_fn(model(x), y)\n"
+            "    optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))\n"
+            "train_loop(tf.data.Dataset.from_tensor_slices((x, y)))\n",
+            "import tensorflow as tf\nimport os\nimport npu_device as npu\nnpu.open().as_default()\n"
+            "def train_loop(dataset):\n    for x, y in dataset:\n        step(x, y)\n"
+            "def step(x, y):\n    with tf.GradientTape() as tape:\n        loss = loss_fn(model(x), y)\n"
+            "    optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))\n"
+            "train_loop(tf.data.Dataset.from_tensor_slices((x, y)).shard(int(os.getenv('RANK_SIZE', '1')), "
+            "int(os.getenv('RANK_ID', '0'))))\n",
+        ),
         # A TF1 Estimator's input_fn made from arrays (TensorFlow's migration guides).
         Example(
             "import numpy as np\nimport tensorflow.compat.v1 as tf1\n"
@@ -368,6 +441,8 @@ class MissingShard(Rule):
     def prepare(self, context) -> None:
         if _reads_one_repeated_element(context):
             context.mark("shard", "not-applicable", ONE_ELEMENT_REASON)
+        elif _training_reads_no_dataset(context):
+            context.mark("shard", "unknown", NO_DATASET_REASON)
 
     def check(self, context) -> Iterable[Finding]:
         if context.steps["shard"] != "missing":
@@ -382,6 +457,8 @@ class MissingShard(Rule):
                 continue  # Dataset.zip((a, b)): shard the zip, not each part
             if _for_evaluation(facts, site) or _loads_whole_split(context, site) or _feeds_only_inference(facts, site):
                 continue
+            if feeds_no_training(context, site):
+                continue  # a dataset that only shows an API: the training reads something else
             if site.method == "from_tensors":
                 continue  # one element: a shard would leave the other ranks nothing (ONE_ELEMENT_REASON)
             findings.append(self._shard_pipeline(context, cell, facts, site))
@@ -415,22 +492,25 @@ class MissingShard(Rule):
                 cell, facts, source.node,
                 "every rank reads the same data: add .shard(RANK_SIZE, RANK_ID) right after the source; its global "
                 "batch of 1 cannot be split, so each rank reads one sample a step and a step trains on RANK_SIZE "
-                "samples (scale the learning rate or the steps where the single-card math matters)",
-                _env_shard(cell, facts, source, None),
+                "samples (scale the learning rate or the steps where the single-card math matters)"
+                + _even_cut_note(context, source),
+                _env_shard(cell, facts, source, None, context),
             )
         edits = None
         if not context.tf1 and batch is not None:
             edits = _shard_and_rebatch(context, cell, facts, source, batch)
         if edits is None:
-            edits = _env_shard(cell, facts, source, batch)
+            edits = _env_shard(cell, facts, source, batch, context)
             how = "add .shard(RANK_SIZE, RANK_ID) right after the source, before shuffle and batch"
+            note = _even_cut_note(context, source)
         else:
             how = "add npu.distribute.shard_and_rebatch_dataset before shuffle and batch"
+            note = _even_cut_note(context, source)
         split = ", and split the global batch across ranks" if batch is not None else ""
         context.shard_fix_splits_batch |= batch is not None
         return self.finding(
             cell, facts, source.node,
-            f"every rank reads the same data: {how}{split}", edits,
+            f"every rank reads the same data: {how}{split}{note}", edits,
         )
 
     def _shard_by_rank(self, context, cell, facts: CellFacts, shard: CallSite, batch: Optional[CallSite]) -> Finding:
@@ -741,6 +821,28 @@ def _reads_one_repeated_element(context) -> bool:
     return not any(site.argument(1, "y") is not None for _, _, site in context.facts.calls("fit"))
 
 
+NO_DATASET_REASON = (
+    "no dataset reaches the training: the notebook's datasets only show an API (nothing trains on them), "
+    "and what its training steps read was not recognized; if that is data rather than tensors the notebook "
+    "makes, give each rank its slice by hand"
+)
+
+
+def _training_reads_no_dataset(context) -> bool:
+    """Datasets are made, none reaches the training, and no other input the rule knows is read (arrays
+    given to fit, an Estimator's input, a session's feed, Keras' batching utilities)."""
+    sources = [site for _, facts, site in context.facts.calls_to(*K.DATASET_SOURCES) if not _for_evaluation(facts, site)]
+    if not sources or not all(site.method == "from_tensors" or feeds_no_training(context, site) for site in sources):
+        return False
+    if any(site.receiver is not None or context.facts.function(site.method) is None  # not a notebook's train()
+           for _, _, site in context.facts.calls(*K.KERAS_FIT_METHODS, "train_on_batch", "train", "train_and_evaluate")):
+        return False
+    if any(context.facts.calls_to(*K.BATCHED_SOURCES)) or any(_image_generator_flows(context)):
+        return False
+    return not any(site.keyword("feed_dict") is not None or len(site.node.args) > 1
+                   for _, _, site in context.facts.calls("run"))
+
+
 # Dataset methods that make the samples out of the source's elements (a time series' windows): a
 # shard before them would give each rank every N-th time step, so it comes after them.
 _SAMPLE_MAKERS = ("window", "flat_map")
@@ -823,8 +925,11 @@ def _batch_argument(batch: CallSite) -> Optional[ast.expr]:
     return batch.argument(0, "batch_size")
 
 
-def _env_shard(cell, facts: CellFacts, source: CallSite, batch: Optional[CallSite]) -> List[Edit]:
+def _env_shard(cell, facts: CellFacts, source: CallSite, batch: Optional[CallSite], context=None) -> List[Edit]:
     shard = f"{{source}}.shard({K.RANK_SIZE_EXPR}, {K.RANK_ID_EXPR})"
+    counted = _samples_named(context, source) if context is not None else None
+    if counted is not None:  # an even cut: every rank as many samples, so as many steps
+        shard = f"{{source}}.take(len({counted}) // {K.RANK_SIZE_EXPR} * {K.RANK_SIZE_EXPR})" + shard[len("{source}"):]
     top = source.chain()[-1]
     variable = single_target(top.stmt) if top.node is getattr(top.stmt, "value", None) else None
     windows = _samples_made_at(facts, source, variable)
@@ -836,6 +941,33 @@ def _env_shard(cell, facts: CellFacts, source: CallSite, batch: Optional[CallSit
     if size is not None:
         edits.append(_divided(cell, facts, size, K.RANK_SIZE_EXPR, [NEEDS_OS]))
     return edits
+
+
+def _even_cut_note(context, source: CallSite) -> str:
+    counted = _samples_named(context, source)
+    if counted is None:
+        return ""
+    return (f"; the samples of {counted} are first cut to a multiple of RANK_SIZE (.take), so that every rank "
+            "runs as many steps (an uneven shard leaves one rank waiting in an all-reduce the other never joins)")
+
+
+def _samples_named(context, source: CallSite) -> Optional[str]:
+    """``from_tensor_slices((features, labels))`` with ``features`` a list written in the notebook
+    (TensorFlow's migration guides train on three such rows): the name whose length is the sample
+    count. A shard of 3 samples gives rank 0 two and rank 1 one: rank 0's second step waits in an
+    all-reduce rank 1 never joins, on cards as here, so the fix cuts the count to a multiple of the
+    ranks first."""
+    if source.method != "from_tensor_slices":
+        return None
+    data = source.argument(0, "tensors")
+    if isinstance(data, (ast.Tuple, ast.List)) and data.elts:
+        data = data.elts[0]
+    if not isinstance(data, ast.Name):
+        return None
+    bound = [a for _, _, a in context.facts.assignments(data.id) if a.function is None and not a.tuple_target]
+    if bound and all(isinstance(a.value, ast.List) and a.value.elts and _is_samples(a.value) for a in bound):
+        return data.id
+    return None
 
 
 def _divided(cell, facts: CellFacts, size: ast.expr, divisor: str, needs) -> Edit:
@@ -856,11 +988,13 @@ def _shard_and_rebatch(context, cell, facts: CellFacts, source: CallSite, batch:
     if variable is None and not isinstance(stmt, ast.Return):
         return None
     dataset = variable or "dataset"
+    counted = _samples_named(context, source)
+    cut = f"{dataset}.take(len({counted}) // {K.RANK_SIZE_EXPR} * {K.RANK_SIZE_EXPR})" if counted else dataset
     rebatch = (
         f"{dataset}, {RANK_BATCH} = {context.npu}.distribute.shard_and_rebatch_dataset"
-        f"({dataset}, {facts.segment(size)})"
+        f"({cut}, {facts.segment(size)})"
     )
-    needs = [NEEDS_NPU_DEVICE]
+    needs = [NEEDS_NPU_DEVICE] + ([NEEDS_OS] if counted else [])
     edits = [replace(cell, facts, size, RANK_BATCH, needs)]
     windows = _samples_made_at(facts, source, variable)
     if windows is not None:

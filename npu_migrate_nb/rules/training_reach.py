@@ -1,0 +1,133 @@
+"""Does a dataset reach the training? Guides build small datasets only to show an API (a ``tf.function``
+iterating one, ``next()`` on its iterator, a graph's size): sharding those changes what the cell prints
+and can leave a rank too few elements (``next()`` past the end of its shard). A dataset is known not to
+reach the training only when every use of it is understood and none of them trains; anything else
+(``fit``, ``strategy.experimental_distribute_dataset``, a method of an object) counts as training."""
+
+from __future__ import annotations
+
+import ast
+from typing import Iterator, List, Optional, Set, Tuple
+
+from ..facts import CallSite, dotted_name
+from .base import TRAINING_CALLS, single_target
+
+_DEPTH = 4  # names and functions followed, as in broadcast's _top_level_call
+_SHOWING = ("print", "tf.print", "len", "repr", "str", "type", "display")
+_DERIVING = ("take", "skip", "batch", "map", "filter", "prefetch", "cache", "repeat", "shuffle", "enumerate",
+             "as_numpy_iterator", "unbatch", "padded_batch")
+_LOOKING = ("element_spec", "cardinality", "output_shapes", "output_types")
+
+
+def feeds_no_training(context, source: CallSite) -> bool:
+    """Is the pipeline made at ``source`` used only where nothing trains?"""
+    top = source.chain()[-1]
+    if top.argument_of is not None:
+        return _call_trains_nothing(context, top.argument_of.node, _DEPTH)
+    variable = single_target(top.stmt) if top.node is getattr(top.stmt, "value", None) else None
+    if variable is None or source.function is not None:
+        return False  # a function's pipeline goes where the function returns it: not followed
+    return _name_trains_nothing(context, variable, _DEPTH)
+
+
+def _name_trains_nothing(context, name: str, depth: int) -> bool:
+    if depth == 0:
+        return False
+    uses = list(_top_level_uses(context, name))
+    return bool(uses) and all(_use_trains_nothing(context, node, parents, depth) for node, parents in uses)
+
+
+def _use_trains_nothing(context, node: ast.AST, parents: List[ast.AST], depth: int) -> bool:
+    parent = parents[-1] if parents else None
+    if isinstance(parent, ast.Expr):
+        return True  # shown as the cell's value
+    if isinstance(parent, ast.Attribute) and parent.value is node:
+        if parent.attr in _LOOKING:
+            return True
+        call = parents[-2] if len(parents) > 1 else None
+        if parent.attr in _DERIVING and isinstance(call, ast.Call) and call.func is parent:
+            return _use_trains_nothing(context, call, parents[:-2], depth)
+        return False
+    if isinstance(parent, ast.For) and parent.iter is node:
+        return not _trains(context, parent, depth)
+    if isinstance(parent, (ast.Assign, ast.AnnAssign)) and parent.value is node:
+        target = single_target(parent)
+        return target is not None and _name_trains_nothing(context, target, depth - 1)
+    if isinstance(parent, ast.Call) and node in parent.args:
+        callee = dotted_name(parent.func) or ""
+        if callee in ("iter", "list", "next"):
+            return _use_trains_nothing(context, parent, parents[:-1], depth)
+        return _call_trains_nothing(context, parent, depth)
+    return False
+
+
+def _call_trains_nothing(context, call: ast.Call, depth: int) -> bool:
+    """``show(ds)``, ``measure(step, ds)``: a call that prints, or of notebook functions that do not
+    train (nor do the functions passed to them), and that give nothing back."""
+    callee = dotted_name(call.func) or ""
+    if callee in _SHOWING:
+        return True
+    found = context.facts.function(callee)
+    if found is None or _passes_on(found[2]) or _trains(context, found[2], depth):
+        return False
+    passed = [arg.id for arg in call.args if isinstance(arg, ast.Name) and context.facts.function(arg.id)]
+    return not any(_trains(context, context.facts.function(name)[2], depth) for name in passed)
+
+
+def _trains(context, root: ast.AST, depth: int, seen: Optional[Set[str]] = None) -> bool:
+    """Does ``root`` (a loop, a function) take a training step, itself or through the notebook's
+    functions it calls or passes on? Unknown calls named like training (``train``) count."""
+    seen = set() if seen is None else seen
+    for node in ast.walk(root):
+        if not isinstance(node, ast.Call):
+            continue
+        if isinstance(node.func, ast.Attribute) and node.func.attr in TRAINING_CALLS:
+            return True
+        names = [node.func.id] if isinstance(node.func, ast.Name) else []
+        names += [arg.id for arg in node.args if isinstance(arg, ast.Name)]
+        for name in names:
+            found = context.facts.function(name)
+            if found is None:
+                if name in TRAINING_CALLS and name == names[0]:
+                    return True
+                continue
+            if name in seen:
+                continue
+            seen.add(name)
+            if depth == 0 or _trains(context, found[2], depth - 1, seen):
+                return True
+    return False
+
+
+def _passes_on(function: ast.AST) -> bool:
+    """Could what the function is given leave it (returned, yielded, bound to a global)?"""
+    return any(isinstance(node, (ast.Return, ast.Yield)) and node.value is not None
+               or isinstance(node, (ast.Global, ast.Nonlocal)) for node in ast.walk(function))
+
+
+def _top_level_uses(context, name: str) -> Iterator[Tuple[ast.Name, List[ast.AST]]]:
+    """Reads of the module-level ``name``, with their parents, skipping functions that bind a name of
+    their own so called (a parameter ``iterator`` is not the cell's ``iterator``)."""
+    for _, facts in context.facts.cells_mentioning(name):
+        if facts.tree is not None:
+            yield from _reads(facts.tree, name, [])
+
+
+def _reads(node: ast.AST, name: str, parents: List[ast.AST]) -> Iterator[Tuple[ast.Name, List[ast.AST]]]:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) and _binds(node, name):
+        return
+    if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load):
+        yield node, parents
+        return
+    for child in ast.iter_child_nodes(node):
+        yield from _reads(child, name, parents + [node])
+
+
+def _binds(function: ast.AST, name: str) -> bool:
+    arguments = function.args
+    params = arguments.posonlyargs + arguments.args + arguments.kwonlyargs
+    params += [a for a in (arguments.vararg, arguments.kwarg) if a is not None]
+    if any(param.arg == name for param in params):
+        return True
+    return any(isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Store)
+               for node in ast.walk(function))
