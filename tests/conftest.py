@@ -46,3 +46,12 @@ def write_notebook(tmp_path):
         return path
 
     return write
+
+
+def interruptible():
+    """A child's SIGINT back to its default: a shell's background job (``pytest ... &``) starts with it
+    ignored, its children inherit that, and a shell cannot trap a signal ignored at its start. The
+    interrupt tests then would test the shell that ran them."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -390,3 +390,28 @@ def test_training_notebooks_are_never_taken_for_work_that_is_not_data_parallel()
         analysis = analyze(notebook_from(text))
         assert "not-data-parallel" not in codes(analysis), name
         assert "not-applicable" not in analysis.steps.values(), (name, analysis.steps, analysis.reasons)
+
+
+# tensorflow.org's optimizers guide: a function minimized from x = tf.Variable(2.), its optimizers'
+# slots tf.zeros; the fix once broadcast a plotted tensor (x_vals, given to grad's parameter) and the
+# real broadcast, which assigns into variables, would fail on it.
+CONSTANT_START = (
+    "import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\n# %%\n"
+    "x_vals = tf.cast(tf.linspace(-2, 2, 201), tf.float32)\n"
+    "def loss(x):\n    return 2 * (x ** 4) + 3 * (x ** 3) + 2\n"
+    "def grad(f, x):\n    with tf.GradientTape() as tape:\n        tape.watch(x)\n        result = f(x)\n"
+    "    return tape.gradient(result, x)\n"
+    "plt.plot(x_vals, grad(loss, x_vals))\n# %%\n"
+    "def convergence_test(optimizer, loss_fn, grad_fn=grad, init_val=2., max_iters=200):\n"
+    "    x_star = tf.Variable(init_val)\n    slot = tf.Variable(tf.zeros(shape=[]))\n"
+    "    for _ in range(max_iters):\n        x_star.assign_sub(0.01 * grad_fn(loss_fn, x_star))\n"
+    "convergence_test(None, loss_fn=loss)\n"
+)
+
+
+def test_variables_that_start_from_constants_need_no_broadcast_and_no_tensor_is_broadcast():
+    before, after_text, after = fixed(CONSTANT_START)
+    assert before.steps["broadcast"] == "not-applicable" and "starts from a constant" in before.reasons["broadcast"]
+    assert "broadcast(" not in after_text
+    given = CONSTANT_START.replace("convergence_test(None, loss_fn=loss)", "convergence_test(None, loss, grad, 3.)")
+    assert analyze(notebook_from(given)).steps["broadcast"] == "missing"  # a start the call gives: not known

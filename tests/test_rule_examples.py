@@ -52,3 +52,14 @@ def test_fixed_code_is_not_flagged_again(code, index, example):
     analysis = analyze(fixed)
     assert code not in [finding.code for finding in analysis.findings]
     assert fix_notebook(fixed, analysis, {code, "missing-setup"}).sources == {}
+
+
+UNFIXABLE = [(code, index, example) for code, index, example in INVALID if example.after is None]
+
+
+@pytest.mark.parametrize("code,index,example", UNFIXABLE, ids=[f"{c}-by-hand-{i}" for c, i, _ in UNFIXABLE])
+def test_an_example_without_a_documented_fix_gets_none(code, index, example):
+    """The rule says to change it by hand: ``fix`` writes nothing for that finding."""
+    notebook = notebook_from(example.before)
+    analysis = analyze(notebook)
+    assert all(not finding.edits for finding in analysis.findings if finding.code == code)

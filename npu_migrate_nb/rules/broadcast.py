@@ -73,6 +73,16 @@ class MissingBroadcast(Rule):
     ]
 
     INVALID = [
+        # tensorflow.org's optimizers guide: the gradient's parameter is given a tensor where the notebook
+        # calls it (a plot); a tensor cannot be broadcast (the real broadcast assigns into variables), so
+        # no broadcast of it is written: the finding says to add one by hand.
+        Example(
+            "import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\n"
+            "x_vals = tf.cast(tf.linspace(-2, 2, 201), tf.float32)\n"
+            "def grad(f, x):\n    with tf.GradientTape() as tape:\n        tape.watch(x)\n        result = f(x)\n"
+            "    return npu.distribute.all_reduce(tape.gradient(result, x), reduction='mean')\n"
+            "plt.plot(x_vals, grad(loss, x_vals))\n",
+        ),
         # fit_generator trains like fit: the built model is broadcast before it.
         Example(
             "import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\n"
@@ -897,10 +907,25 @@ def _as_passed_at_the_top_level(context, cell, facts, site: CallSite, variables:
         if call.dotted != site.function or call.function is not None:
             continue
         given = call.argument(position, root.id)
-        if isinstance(given, ast.Name) and any(a.function is None for _, _, a in context.facts.assignments(given.id)):
+        if not isinstance(given, ast.Name):
+            continue
+        bound = [a for _, _, a in context.facts.assignments(given.id) if a.function is None]
+        if bound and not all(_makes_a_tensor(context, a.value) for a in bound):
             code = ".".join([given.id, *reversed(chain)])
             return c_cell, c_facts, top_level_statement(c_facts, call.stmt), code
     return None
+
+
+def _makes_a_tensor(context, value: ast.expr) -> bool:
+    """``tf.cast(...)``, ``tf.linspace(...)``, a number: a value, not variables (TensorFlow's functions
+    that return tensors are lower-case; ``tf.Variable`` and Keras' classes are not). The real
+    broadcast assigns into variables: given a tensor, it fails on the cards."""
+    if isinstance(value, ast.Constant) or (isinstance(value, ast.UnaryOp) and isinstance(value.operand, ast.Constant)):
+        return True
+    if not isinstance(value, ast.Call):
+        return False
+    name = context.facts.resolve(dotted_name(value.func))
+    return name.startswith("tensorflow.") and name.rsplit(".", 1)[-1][:1].islower()
 
 
 def _local_to_the_function(context, facts: CellFacts, site: CallSite, variables: ast.expr) -> bool:

@@ -226,6 +226,8 @@ class NotDataParallel(Rule):
             context.mark("shard", "not-applicable", _environment_reason(environment))
         elif data_free_steps(context):
             context.mark("shard", "not-applicable", NO_DATA_REASON)
+            if variables_start_from_constants(context):
+                context.mark("broadcast", "not-applicable", CONSTANT_START_REASON)
 
     def _prepare_agents(self, context) -> None:
         agents = trained_agents(context.facts)
@@ -478,6 +480,54 @@ NO_DATA_MESSAGE = (
     "the training step reads no data (its loss comes from constants and the variables it optimizes), so dataset "
     "sharding does not apply: every rank computes the same gradients"
 )
+
+
+CONSTANT_START_REASON = (
+    "every variable the training updates starts from a constant (tf.Variable(2.), tf.zeros(...)) and no "
+    "model or layer makes weights of its own: every rank starts from the same values, so there is nothing "
+    "to broadcast"
+)
+_CONSTANT_MAKERS = ("tensorflow.zeros", "tensorflow.ones", "tensorflow.zeros_like", "tensorflow.ones_like",
+                    "tensorflow.constant", "tensorflow.fill")
+
+
+def variables_start_from_constants(context) -> bool:
+    """Every ``tf.Variable`` the notebook makes starts from a constant, or from a parameter whose
+    default is one and which no call gives; no Keras model, layer or loaded model makes weights."""
+    for _, _, site in context.facts.all_calls():
+        name = context.facts.resolve(site.dotted)
+        if name.startswith(("tensorflow.keras.", "keras.", "tensorflow.saved_model.", "tensorflow_hub.")):
+            return False
+    made = list(context.facts.calls_to("tensorflow.Variable"))
+    return bool(made) and all(_constant_start(context, facts, site) for _, facts, site in made)
+
+
+def _constant_start(context, facts: CellFacts, site: CallSite) -> bool:
+    value = site.argument(0, "initial_value")
+    if _is_constant(value):
+        return True
+    if isinstance(value, ast.Call) and context.facts.resolve(dotted_name(value.func)) in _CONSTANT_MAKERS:
+        return True
+    if not isinstance(value, ast.Name) or site.function is None:
+        return False
+    function = facts.functions.get(site.function)
+    if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return False
+    positional = [a.arg for a in [*function.args.posonlyargs, *function.args.args]]
+    defaults = dict(zip(positional[len(positional) - len(function.args.defaults):], function.args.defaults))
+    if value.id not in defaults or not _is_constant(defaults[value.id]):
+        return False
+    position = positional.index(value.id)
+    return all(len(call.node.args) <= position and call.keyword(value.id) is None
+               and not any(isinstance(arg, ast.Starred) for arg in call.node.args)
+               and not any(keyword.arg is None for keyword in call.node.keywords)
+               for _, _, call in context.facts.calls(site.function))
+
+
+def _is_constant(node: Optional[ast.expr]) -> bool:
+    if isinstance(node, ast.UnaryOp):
+        node = node.operand
+    return isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool)
 
 
 def data_free_steps(context) -> Optional[List[GradientStep]]:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from npu_migrate_nb.cli import main
+from tests.conftest import interruptible
 from npu_migrate_nb.sim.rank_env import rank_table
 
 DATA = Path(__file__).resolve().parent.parent / "sim" / "data"
@@ -176,7 +177,8 @@ def test_a_failing_rank_stops_the_others_and_the_exit_code_says_so(job):
 def test_an_interrupt_stops_every_rank_and_leaves_no_process(job):
     directory, env = job
     process = subprocess.Popen(["bash", str(directory / "run_distributed.sh"), "--servers", "1"],
-                               env=dict(env, SLEEP="300"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               env=dict(env, SLEEP="300"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=interruptible)
     deadline = time.monotonic() + 60
     while not all((directory / f"rank_{rank}" / "pids.txt").exists() for rank in range(8)):
         assert time.monotonic() < deadline and process.poll() is None

@@ -12,6 +12,7 @@ import psutil
 import pytest
 
 from npu_migrate_nb.sim.cluster import Cluster
+from tests.conftest import interruptible
 from npu_migrate_nb.sim.runner import Runner
 
 pytestmark = pytest.mark.sim
@@ -133,7 +134,8 @@ def test_ctrl_c_stops_every_rank_and_leaves_nothing(tmp_path):
     tag = uuid.uuid4().hex
     env = dict(os.environ, NPU_SIM_TEST_TAG=tag)
     command = [sys.executable, "-m", "npu_migrate_nb", "run", str(script), "-n", "2"]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                               preexec_fn=interruptible)
     seen = []
     for line in process.stdout:  # wait until both ranks are in the cell
         seen.append(line)
