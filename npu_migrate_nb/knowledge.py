@@ -103,7 +103,7 @@ BATCHED_SOURCES = frozenset(
 # shards of one permutation are disjoint.
 SHARED_SEED = 1234
 # Names that mark data used only for evaluation; those pipelines are not sharded.
-EVALUATION_WORDS = ("eval", "test", "valid", "val_")
+EVALUATION_WORDS = ("eval", "test", "valid", "val_", "predict")  # names of data no rank trains on
 
 GRADIENT_TAPE = "tensorflow.GradientTape"
 

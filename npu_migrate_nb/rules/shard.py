@@ -67,6 +67,14 @@ class MissingShard(Rule):
     severity = "error"
 
     VALID = [
+        # An Estimator's prediction input (TensorFlow's feature-column guide predicts on one row): every
+        # rank predicts on all of it; a shard would leave rank 1 nothing to predict.
+        "import tensorflow as tf\nimport tensorflow.compat.v1 as tf1\nimport os\n"
+        "def _input_fn():\n    return tf1.data.Dataset.from_tensor_slices((x, y)).shard(int(os.getenv('RANK_SIZE', '1')), "
+        "int(os.getenv('RANK_ID', '0'))).batch(1)\n"
+        "estimator = tf1.estimator.Estimator(model_fn=_model_fn)\nestimator.train(_input_fn)\n"
+        "def _predict_fn():\n    return tf1.data.Dataset.from_tensor_slices(predict_features).batch(1)\n"
+        "next(estimator.predict(_predict_fn))\n",
         # tensorflow.org's tf.function guide: its datasets only show the API (next() on an iterator, a
         # graph's size); its training steps read tensors it makes. Nothing to shard is recognized
         # (shard: unknown, with the reason), and no dataset is cut.
@@ -960,13 +968,13 @@ def _samples_named(context, source: CallSite) -> Optional[str]:
     if source.method != "from_tensor_slices":
         return None
     data = source.argument(0, "tensors")
-    if isinstance(data, (ast.Tuple, ast.List)) and data.elts:
-        data = data.elts[0]
-    if not isinstance(data, ast.Name):
-        return None
-    bound = [a for _, _, a in context.facts.assignments(data.id) if a.function is None and not a.tuple_target]
-    if bound and all(isinstance(a.value, ast.List) and a.value.elts and _is_samples(a.value) for a in bound):
-        return data.id
+    parts = data.elts if isinstance(data, ast.Tuple) else [data]
+    for part in parts:  # ({'type': [...], ...}, labels): the labels' list counts the samples
+        if not isinstance(part, ast.Name):
+            continue
+        bound = [a for _, _, a in context.facts.assignments(part.id) if a.function is None and not a.tuple_target]
+        if bound and all(isinstance(a.value, ast.List) and a.value.elts and _is_samples(a.value) for a in bound):
+            return part.id
     return None
 
 

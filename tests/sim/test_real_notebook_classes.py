@@ -83,11 +83,32 @@ TF1_SESSION_LEFT_BY_TF_DISTRIBUTE = [
     "        sess.run(train_op)",
 ]
 
+# TensorFlow's migration guides train on three rows written in the notebook, a global batch of 1:
+# sharded as they are, rank 0 ran two steps and rank 1 one, and rank 0 waited in the all-reduce.
+THREE_ROWS = [
+    "import tensorflow as tf\nimport tensorflow.compat.v1 as tf1\n"
+    "features = [[1., 1.5], [2., 2.5], [3., 3.5]]\nlabels = [[0.3], [0.5], [0.7]]",
+    "def _input_fn():\n"
+    "    return tf1.data.Dataset.from_tensor_slices((features, labels)).batch(1)\n"
+    "def _model_fn(features, labels, mode):\n"
+    "    logits = tf1.layers.Dense(1)(features)\n"
+    "    loss = tf1.losses.mean_squared_error(labels=labels, predictions=logits)\n"
+    "    train_op = tf1.train.AdagradOptimizer(0.05).minimize(loss, global_step=tf1.train.get_global_step())\n"
+    "    return tf1.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)\n"
+    "estimator = tf1.estimator.Estimator(model_fn=_model_fn)\n"
+    "estimator.train(_input_fn)",
+    "dataset = tf.data.Dataset.from_tensor_slices((features, labels)).batch(1)\n"
+    "model = tf.keras.models.Sequential([tf.keras.layers.Dense(1)])\n"
+    "model.compile(tf.keras.optimizers.Adagrad(learning_rate=0.05), 'mse')\n"
+    "model.fit(dataset, verbose=0)",
+]
+
 CASES = {
     "tf2 code with a compat.v1 part, saving on every rank": (MIXED_AND_SAVING, "tf2"),
     "a model built on its first call in a custom loop": (LAZY_CUSTOM_LOOP, "tf2"),
     "tf1 keras with numpy arrays, two models": (TF1_KERAS_TWO_MODELS, "tf1"),
     "a tf1 session loop reading an iterator": (TF1_SESSION_LEFT_BY_TF_DISTRIBUTE, "tf1"),
+    "three rows written in the notebook, an estimator and keras": (THREE_ROWS, "tf2"),
 }
 
 
