@@ -67,14 +67,6 @@ class MissingShard(Rule):
     severity = "error"
 
     VALID = [
-        # An Estimator's prediction input (TensorFlow's feature-column guide predicts on one row): every
-        # rank predicts on all of it; a shard would leave rank 1 nothing to predict.
-        "import tensorflow as tf\nimport tensorflow.compat.v1 as tf1\nimport os\n"
-        "def _input_fn():\n    return tf1.data.Dataset.from_tensor_slices((x, y)).shard(int(os.getenv('RANK_SIZE', '1')), "
-        "int(os.getenv('RANK_ID', '0'))).batch(1)\n"
-        "estimator = tf1.estimator.Estimator(model_fn=_model_fn)\nestimator.train(_input_fn)\n"
-        "def _predict_fn():\n    return tf1.data.Dataset.from_tensor_slices(predict_features).batch(1)\n"
-        "next(estimator.predict(_predict_fn))\n",
         # tensorflow.org's tf.function guide: its datasets only show the API (next() on an iterator, a
         # graph's size); its training steps read tensors it makes. Nothing to shard is recognized
         # (shard: unknown, with the reason), and no dataset is cut.
@@ -141,6 +133,21 @@ class MissingShard(Rule):
             "int(os.getenv('RANK_SIZE', '1')) * int(os.getenv('RANK_SIZE', '1'))), 2)\n"
             "dataset = dataset.batch(rank_batch_size)\n"
             "model.compile(optimizer='sgd', loss='mse')\nmodel.fit(dataset)\n",
+        ),
+        # An Estimator's prediction input (TensorFlow's feature-column guide predicts on one row): every
+        # rank predicts on all of it; a shard would leave rank 1 nothing to predict.
+        Example(
+            "import tensorflow as tf\nimport tensorflow.compat.v1 as tf1\n"
+            "def _input_fn():\n    return tf1.data.Dataset.from_tensor_slices((x, y)).batch(1)\n"
+            "estimator = tf1.estimator.Estimator(model_fn=_model_fn)\nestimator.train(_input_fn)\n"
+            "def _predict_fn():\n    return tf1.data.Dataset.from_tensor_slices(predict_features).batch(1)\n"
+            "next(estimator.predict(_predict_fn))\n",
+            "import tensorflow as tf\nimport os\nimport tensorflow.compat.v1 as tf1\n"
+            "def _input_fn():\n    return tf1.data.Dataset.from_tensor_slices((x, y)).shard(int(os.getenv('RANK_SIZE', '1')), "
+            "int(os.getenv('RANK_ID', '0'))).batch(1)\n"
+            "estimator = tf1.estimator.Estimator(model_fn=_model_fn)\nestimator.train(_input_fn)\n"
+            "def _predict_fn():\n    return tf1.data.Dataset.from_tensor_slices(predict_features).batch(1)\n"
+            "next(estimator.predict(_predict_fn))\n",
         ),
         # A dataset that only shows an API (printed, next() on its iterator in a tf.function) is left
         # whole; the one fit trains on is sharded.
