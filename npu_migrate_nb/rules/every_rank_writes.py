@@ -23,7 +23,8 @@ _SAVE_FUNCTIONS = frozenset({"tensorflow.saved_model.save", "tensorflow.keras.mo
 # Methods that write files, by what their receiver was made with.
 _MODEL_METHODS = ("save", "save_weights")
 _CHECKPOINT_MAKERS = frozenset({"tensorflow.train.Checkpoint", "tensorflow.train.CheckpointManager",
-                                "tensorflow.train.Saver"})
+                                "tensorflow.train.Saver", "tensorflow.saved_model.Builder",
+                                "tensorflow.saved_model.builder.SavedModelBuilder"})
 _CHECKPOINT_METHODS = ("save", "write")
 _CALLBACKS = {
     "tensorflow.keras.callbacks.ModelCheckpoint": ("filepath", 0),
@@ -88,6 +89,22 @@ class EveryRankWrites(Rule):
             "if int(os.getenv('RANK_ID', '0')) == 0:\n    checkpoint.write('ckpt/model')\n"
             "if int(os.getenv('RANK_ID', '0')) == 0:\n    tf.saved_model.save(model, 'saved')\n",
         ),
+        # TensorFlow's SavedModel migration guide: TF1's SavedModelBuilder and simple_save.
+        Example(
+            "import tensorflow as tf\nimport tensorflow.compat.v1 as tf1\nmodel.compile('sgd', 'mse')\nmodel.fit(x, y)\n"
+            "with tf1.Session() as sess:\n"
+            "    builder = tf1.saved_model.Builder('saved-model-builder')\n"
+            "    builder.add_meta_graph_and_variables(sess, tags=['serve'])\n"
+            "    builder.save()\n"
+            "    tf1.saved_model.simple_save(sess, 'simple-save', inputs={'input': x}, outputs={'output': y})\n",
+            "import tensorflow as tf\nimport os\nimport tensorflow.compat.v1 as tf1\nmodel.compile('sgd', 'mse')\nmodel.fit(x, y)\n"
+            "with tf1.Session() as sess:\n"
+            "    builder = tf1.saved_model.Builder('saved-model-builder')\n"
+            "    builder.add_meta_graph_and_variables(sess, tags=['serve'])\n"
+            "    if int(os.getenv('RANK_ID', '0')) == 0:\n        builder.save()\n"
+            "    if int(os.getenv('RANK_ID', '0')) == 0:\n"
+            "        tf1.saved_model.simple_save(sess, 'simple-save', inputs={'input': x}, outputs={'output': y})\n",
+        ),
     ]
 
     def check(self, context) -> Iterable[Finding]:
@@ -96,7 +113,7 @@ class EveryRankWrites(Rule):
         return list(self._saves(context)) + list(self._callbacks(context))
 
     def _saves(self, context) -> Iterator[Finding]:
-        for cell, facts, site in context.facts.calls(*_MODEL_METHODS, *_CHECKPOINT_METHODS):
+        for cell, facts, site in context.facts.calls(*_MODEL_METHODS, *_CHECKPOINT_METHODS, "simple_save"):
             what = _writer(context, site)
             if what is None or _on_one_rank(facts, site.stmt):
                 continue
