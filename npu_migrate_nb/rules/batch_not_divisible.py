@@ -18,6 +18,8 @@ class BatchNotDivisible(Rule):
     VALID = [
         "ds = ds.batch(64)\n",
         "BATCH = 128\nds = ds.batch(BATCH)\n",
+        # A batch of 1 is not split: each rank reads one sample a step (missing-shard says what that means).
+        "ds = ds.batch(1)\n",
     ]
     INVALID = [
         Example("ds = ds.batch(100)\n"),
@@ -33,7 +35,7 @@ class BatchNotDivisible(Rule):
         ranks = context.options.ranks
         for cell, facts, site, size in _batch_sizes(context):
             value = int_literal(size) if not isinstance(size, ast.Name) else _constant(context, size.id)
-            if value is None or ranks <= 1 or value % ranks == 0:
+            if value is None or ranks <= 1 or value % ranks == 0 or value == 1:
                 continue
             yield self.finding(
                 cell, facts, size,
