@@ -517,11 +517,10 @@ class MissingShard(Rule):
         if edits is None:
             edits = _env_shard(cell, facts, source, batch, context)
             how = "add .shard(RANK_SIZE, RANK_ID) right after the source, before shuffle and batch"
-            note = _even_cut_note(context, source)
         else:
             how = "add npu.distribute.shard_and_rebatch_dataset before shuffle and batch"
-            note = _even_cut_note(context, source)
         split = ", and split the global batch across ranks" if batch is not None else ""
+        note = _even_cut_note(context, source)
         context.shard_fix_splits_batch |= batch is not None
         return self.finding(
             cell, facts, source.node,
@@ -940,11 +939,11 @@ def _batch_argument(batch: CallSite) -> Optional[ast.expr]:
     return batch.argument(0, "batch_size")
 
 
-def _env_shard(cell, facts: CellFacts, source: CallSite, batch: Optional[CallSite], context=None) -> List[Edit]:
-    shard = f"{{source}}.shard({K.RANK_SIZE_EXPR}, {K.RANK_ID_EXPR})"
-    counted = _samples_named(context, source) if context is not None else None
-    if counted is not None:  # an even cut: every rank as many samples, so as many steps
-        shard = f"{{source}}.take(len({counted}) // {K.RANK_SIZE_EXPR} * {K.RANK_SIZE_EXPR})" + shard[len("{source}"):]
+def _env_shard(cell, facts: CellFacts, source: CallSite, batch: Optional[CallSite], context) -> List[Edit]:
+    counted = _samples_named(context, source)
+    # an even cut first: every rank as many samples, so as many steps
+    cut = f".take(len({counted}) // {K.RANK_SIZE_EXPR} * {K.RANK_SIZE_EXPR})" if counted is not None else ""
+    shard = f"{{source}}{cut}.shard({K.RANK_SIZE_EXPR}, {K.RANK_ID_EXPR})"
     top = source.chain()[-1]
     variable = single_target(top.stmt) if top.node is getattr(top.stmt, "value", None) else None
     windows = _samples_made_at(facts, source, variable)
