@@ -214,6 +214,15 @@ def test_a_training_step_that_reads_no_data_has_nothing_to_shard():
     assert "missing-shard" not in codes(analysis)
 
 
+def test_a_training_step_that_reads_no_data_has_no_gradients_to_aggregate():
+    # Every rank computes the same gradients from the same loss: averaging them changes nothing
+    # (TensorFlow's optimizers guide: the ranks' allreduce check could only say not-observed).
+    analysis = analyze(notebook_from(MINIMIZED_FUNCTION))
+    assert analysis.steps["allreduce"] == "not-applicable"
+    assert "same gradients" in analysis.reasons["allreduce"]
+    assert "missing-allreduce" not in codes(analysis)
+
+
 def test_a_training_step_on_the_notebook_s_arrays_or_a_helper_still_shards():
     on_arrays = (
         "import tensorflow as tf\n"

@@ -226,6 +226,7 @@ class NotDataParallel(Rule):
             context.mark("shard", "not-applicable", _environment_reason(environment))
         elif data_free_steps(context):
             context.mark("shard", "not-applicable", NO_DATA_REASON)
+            context.mark("allreduce", "not-applicable", NO_DATA_ALLREDUCE_REASON)
             if variables_start_from_constants(context):
                 context.mark("broadcast", "not-applicable", CONSTANT_START_REASON)
 
@@ -476,9 +477,13 @@ NO_DATA_REASON = (
     "the training step reads no data: its loss comes from constants and the variables it optimizes, "
     "so there is no dataset to shard"
 )
+NO_DATA_ALLREDUCE_REASON = (
+    "the training step reads no data: from the same variables every rank computes the same gradients, "
+    "so averaging them across ranks changes nothing"
+)
 NO_DATA_MESSAGE = (
     "the training step reads no data (its loss comes from constants and the variables it optimizes), so dataset "
-    "sharding does not apply: every rank computes the same gradients"
+    "sharding and gradient aggregation do not apply: every rank computes the same gradients"
 )
 
 

@@ -9,6 +9,10 @@
 * ``shard``: the ranks' first input batches differ, and each rank's pipeline is deterministic
   (otherwise an unseeded shuffle alone would make them differ) or shards by rank.
 
+Data that is one sample repeated (``Dataset.from_tensors(...).repeat()``, a batch of identical rows
+on every rank) cannot be split and gives every rank the same gradients: ``shard`` and ``allreduce``
+are ``not-applicable`` there, with that reason.
+
 Each check is ``pass``, ``fail`` or ``not-observed`` with one line: what was seen, on which cell,
 which step fixes it.
 """
@@ -239,6 +243,18 @@ def _largest_difference(changes: Dict[int, List[np.ndarray]]) -> tuple:
     return worst_rank, worst, tolerance
 
 
+ONE_SAMPLE = "every rank's training batches hold one sample, repeated (one-element data such as Dataset.from_tensors(...).repeat())"
+
+
+def one_sample_repeated(inputs: Dict[int, Optional[dict]]) -> bool:
+    """Is every rank's first training batch one and the same row, repeated? Such data cannot be
+    split: which rank reads which part does not show, and does not change the gradients."""
+    rows = [record.get("rows") if record else None for record in inputs.values()]
+    if any(not digests or len(digests) < 2 for digests in rows):
+        return False
+    return len({digest for digests in rows for digest in digests}) == 1
+
+
 def ranks_read_same_data(records: Records, size: int) -> Optional[bool]:
     inputs = {rank: training_input(records.get(rank, [])) for rank in range(size)}
     if any(record is None for record in inputs.values()):
@@ -293,6 +309,14 @@ def check_allreduce(records: Records, size: int) -> Check:
             "so it is unknown whether the ranks read different data",
             end["cell"],
         )
+    if same_data and one_sample_repeated({r: training_input(records.get(r, [])) for r in range(size)}):
+        return Check(
+            "allreduce",
+            NOT_APPLICABLE,
+            f"weights changed identically on all ranks ({cells}); {ONE_SAMPLE}, so every rank computes the same "
+            "gradients and averaging them changes nothing",
+            end["cell"],
+        )
     if same_data:
         return Check(
             "allreduce",
@@ -328,6 +352,9 @@ def check_shard(records: Records, size: int) -> Check:
     first = inputs[0]
     cell = first["cell"]
     prints = {rank: record["fingerprint"] for rank, record in inputs.items()}
+    if one_sample_repeated(inputs):
+        return Check("shard", NOT_APPLICABLE, f"{ONE_SAMPLE}{_where(first)}: whatever the split, each rank reads "
+                     "that sample, so there is nothing to shard", cell)
     if len(set(prints.values())) < size:
         return Check(
             "shard",

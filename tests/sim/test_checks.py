@@ -52,6 +52,20 @@ def test_identical_data_makes_allreduce_not_observed_never_pass():
     assert result["shard"].status == "fail"
 
 
+def test_one_sample_repeated_has_nothing_to_shard_or_aggregate():
+    # TensorFlow's distributed training guide: Dataset.from_tensors(([1.], [1.])).repeat(100).batch(10).
+    one_row = ["r1"] * 10
+    records = {rank_id: rank(dict(batch("same"), rows=one_row), [1.0], [0.5]) for rank_id in (0, 1)}
+    result = checks.evaluate(records, 2)
+    assert result["shard"].status == result["allreduce"].status == "not-applicable"
+    assert "one sample, repeated" in result["shard"].detail
+    # ... but not when the ranks' weights moved apart, nor when a batch holds distinct rows.
+    records[1] = rank(dict(batch("same"), rows=one_row), [1.0], [0.9])
+    assert checks.evaluate(records, 2)["allreduce"].status == "fail"
+    records = {rank_id: rank(dict(batch("same"), rows=["r1", "r2"]), [1.0], [0.5]) for rank_id in (0, 1)}
+    assert checks.evaluate(records, 2)["shard"].status == "fail"
+
+
 def test_random_unsharded_pipeline_is_not_proof_of_sharding():
     records = {0: [batch("a", deterministic=False)], 1: [batch("b", deterministic=False)]}
     assert checks.check_shard(records, 2).status == "not-observed"
