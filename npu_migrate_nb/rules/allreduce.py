@@ -361,6 +361,22 @@ class MissingAllreduce(Rule):
             "model = tf.estimator.LinearClassifier(columns, optimizer=make_optimizer)\n"
             "model.train(input_fn=train_input_fn, steps=50)\n",
         ),
+        # A model built and compiled in each of several cells, each rebinding ``optimizer`` (Udacity's
+        # forecasting course): every compile's own optimizer is wrapped, not only the last one.
+        Example(
+            "import tensorflow as tf\n# %%\n"
+            "optimizer = tf.keras.optimizers.SGD(1e-5, momentum=0.9)\n"
+            "model.compile(loss='mse', optimizer=optimizer)\nmodel.fit(train_set, epochs=10)\n# %%\n"
+            "optimizer = tf.keras.optimizers.SGD(1e-6, momentum=0.9)\n"
+            "model.compile(loss='mse', optimizer=optimizer)\nmodel.fit(train_set, epochs=10)\n",
+            "import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\n# %%\n"
+            "optimizer = tf.keras.optimizers.SGD(1e-5, momentum=0.9)\n"
+            "optimizer = npu.distribute.npu_distributed_keras_optimizer_wrapper(optimizer)\n"
+            "model.compile(loss='mse', optimizer=optimizer)\nmodel.fit(train_set, epochs=10)\n# %%\n"
+            "optimizer = tf.keras.optimizers.SGD(1e-6, momentum=0.9)\n"
+            "optimizer = npu.distribute.npu_distributed_keras_optimizer_wrapper(optimizer)\n"
+            "model.compile(loss='mse', optimizer=optimizer)\nmodel.fit(train_set, epochs=10)\n",
+        ),
         # A string the Estimator does not know (names are case-sensitive there): reported, not fixed.
         Example(
             "import tensorflow as tf\n"
@@ -555,7 +571,7 @@ class MissingAllreduce(Rule):
             code = f"{wrapper}({keras_prefix(context)}.optimizers.{class_name}())"
             return self.finding(cell, facts, optimizer, message, [replace(cell, facts, optimizer, code, [needs])])
         if isinstance(optimizer, ast.Name):
-            creation = _creation_of(context, optimizer.id, site)
+            creation = _creation_of(context, optimizer.id, site, cell)
             if creation is not None and not _ran_already(context, creation[0], cell):
                 c_cell, c_facts, c_site = creation
                 return self.finding(
@@ -730,15 +746,21 @@ def _wrap_creation(cell: int, facts: CellFacts, site: CallSite, wrapper: str, ne
     return wrap(cell, facts, site.node, wrapper, [needs])
 
 
-def _creation_of(context, name: str, use: CallSite):
-    """The optimizer constructor call assigned to ``name``, preferring the use's own scope."""
+def _creation_of(context, name: str, use: CallSite, use_cell: Optional[int] = None):
+    """The optimizer constructor call assigned to ``name``, preferring the use's own scope, then the
+    last assignment before the use (a notebook that builds and compiles a model in each of several
+    cells rebinds ``optimizer`` in each: every compile has its own)."""
     candidates = []
+    where = (use_cell if use_cell is not None else -1, use.node.lineno)
     for cell, facts, assignment in context.facts.assignments(name):
         value = assignment.value
         if isinstance(value, ast.Call) and context.facts.resolve(dotted_name(value.func)) in K.OPTIMIZERS:
             site = next((s for s in facts.calls if s.node is value), None)
             if site is not None:
-                candidates.append((assignment.function == use.function, cell, facts, site))
+                position = (cell, assignment.stmt.lineno)
+                before = use_cell is not None and position <= where
+                candidates.append(((assignment.function == use.function, before, position if before else ()),
+                                   cell, facts, site))
     if not candidates:
         return None
     candidates.sort(key=lambda item: item[0])

@@ -10,11 +10,12 @@ and restores its own state (``BackupAndRestore``), so that every rank resumes at
 from __future__ import annotations
 
 import ast
+import posixpath
 from typing import Iterable, Iterator, Optional
 
 from ..facts import CallSite, CellFacts, dotted_name, mentions, receiver_name
 from ..findings import NEEDS_OS, Finding
-from .base import Example, Rule, guard, rank_test_around, replace_with
+from .base import Example, Rule, guard, rank_test_around, replace, replace_with
 
 RANK_ZERO = "int(os.getenv('RANK_ID', '0')) == 0"
 # Functions that write a model (canonical names), and what they are called in the message.
@@ -36,6 +37,19 @@ _BESIDE_FOR_OTHER_RANKS = (
     "os.path.join(os.path.dirname({path}), 'rank_' + os.getenv('RANK_ID', '0'), os.path.basename({path}))"
 )
 _PER_RANK = "os.path.join({path}, 'rank_' + os.getenv('RANK_ID', '0'))"
+# A file saved and read back in one cell: rank 0's where the notebook said, the others' beside it.
+_PER_RANK_FILE = (
+    "{path} if int(os.getenv('RANK_ID', '0')) == 0 else "
+    "os.path.join(os.path.dirname({path}), 'rank_' + os.getenv('RANK_ID', '0') + '_' + os.path.basename({path}))"
+)
+# Where each save method takes its path (position, keyword).
+_SAVE_PATHS = {"save": (0, "filepath"), "save_weights": (0, "filepath"), "write": (0, "file_prefix"),
+               "tensorflow.saved_model.save": (1, "export_dir"), "tensorflow.keras.models.save_model": (1, "filepath")}
+# Calls that read back what a save wrote, with the position of their path.
+_READS = {"tensorflow.keras.models.load_model": 0, "tensorflow.saved_model.load": 0, "load_weights": 0}
+# A directory of its own for each process that makes it: every rank writes in a folder of its own.
+_PER_PROCESS_DIRS = frozenset({"tempfile.mkdtemp", "tempfile.TemporaryDirectory", "tempfile.mkstemp",
+                               "tempfile.NamedTemporaryFile"})
 
 
 class EveryRankWrites(Rule):
@@ -52,6 +66,10 @@ class EveryRankWrites(Rule):
         "model.fit(x, y, callbacks=[tf.keras.callbacks.BackupAndRestore(f\"backup_{os.environ['RANK_ID']}\")])\n",
         # Nothing trains: one process, nothing to share.
         "import tensorflow as tf\nmodule = tf.Module()\ntf.saved_model.save(module, 'saved')\n",
+        # A folder each process makes for itself (TensorFlow's ragged-tensor guide): every rank has its own.
+        "import tempfile\nimport tensorflow as tf\nmodel.compile('sgd', 'mse')\nmodel.fit(x, y)\n"
+        "path = tempfile.mkdtemp()\nmodel.save(path + '/my_model.keras')\n"
+        "restored = tf.keras.models.load_model(path + '/my_model.keras')\n",
     ]
     INVALID = [
         Example(
@@ -89,6 +107,27 @@ class EveryRankWrites(Rule):
             "if int(os.getenv('RANK_ID', '0')) == 0:\n    checkpoint.write('ckpt/model')\n"
             "if int(os.getenv('RANK_ID', '0')) == 0:\n    tf.saved_model.save(model, 'saved')\n",
         ),
+        # Saved and read back in one cell (TensorFlow's feature-column migration guide): saved on rank 0
+        # only, the other ranks would read a file not written yet; each rank saves and reads its own copy.
+        Example(
+            "import tensorflow as tf\nmodel.compile('sgd', 'mse')\nmodel.fit(x, y)\n"
+            "model.save('model.keras')\nrestored = tf.keras.models.load_model('model.keras')\n",
+            "import tensorflow as tf\nimport os\nmodel.compile('sgd', 'mse')\nmodel.fit(x, y)\n"
+            "model.save('model.keras' if int(os.getenv('RANK_ID', '0')) == 0 else 'rank_' + os.getenv('RANK_ID', '0') "
+            "+ '_model.keras')\n"
+            "restored = tf.keras.models.load_model('model.keras' if int(os.getenv('RANK_ID', '0')) == 0 else 'rank_' + "
+            "os.getenv('RANK_ID', '0') + '_model.keras')\n",
+        ),
+        # The same with a path held in an expression: split when it runs.
+        Example(
+            "import tensorflow as tf\nmodel.compile('sgd', 'mse')\nmodel.fit(x, y)\n"
+            "model.save_weights(folder + '/w.h5')\nmodel.load_weights(folder + '/w.h5')\n",
+            "import tensorflow as tf\nimport os\nmodel.compile('sgd', 'mse')\nmodel.fit(x, y)\n"
+            "model.save_weights(folder + '/w.h5' if int(os.getenv('RANK_ID', '0')) == 0 else os.path.join(os.path.dirname("
+            "folder + '/w.h5'), 'rank_' + os.getenv('RANK_ID', '0') + '_' + os.path.basename(folder + '/w.h5')))\n"
+            "model.load_weights(folder + '/w.h5' if int(os.getenv('RANK_ID', '0')) == 0 else os.path.join(os.path.dirname("
+            "folder + '/w.h5'), 'rank_' + os.getenv('RANK_ID', '0') + '_' + os.path.basename(folder + '/w.h5')))\n",
+        ),
         # TensorFlow's SavedModel migration guide: TF1's SavedModelBuilder and simple_save.
         Example(
             "import tensorflow as tf\nimport tensorflow.compat.v1 as tf1\nmodel.compile('sgd', 'mse')\nmodel.fit(x, y)\n"
@@ -116,6 +155,18 @@ class EveryRankWrites(Rule):
         for cell, facts, site in context.facts.calls(*_MODEL_METHODS, *_CHECKPOINT_METHODS, "simple_save"):
             what = _writer(context, site)
             if what is None or _on_one_rank(facts, site.stmt):
+                continue
+            path = _save_path(context, site)
+            if path is not None and (mentions(path, ("RANK", "rank")) or _per_process(context, path)):
+                continue
+            reads = _reads_back(context, facts, site, path) if path is not None else []
+            if reads:
+                message = (f"every rank runs this {what} and writes the same file, then reads it back in this cell: "
+                           "on one server the ranks share its disk and race on it, and written on rank 0 only it "
+                           "would not be there yet for the others; each rank saves and reads its own copy "
+                           "(rank 0 where the notebook said, the others beside it as rank_R_<name>)")
+                edits = [_per_rank_file(cell, facts, node) for node in [path, *reads]]
+                yield self.finding(cell, facts, site.node, message, edits)
                 continue
             message = (f"every rank runs this {what} and writes the same file: on one server the ranks share its "
                        "disk and race on its files; write it on rank 0 only")
@@ -157,6 +208,47 @@ def _writer(context, site: CallSite) -> Optional[str]:
     if site.method in _MODEL_METHODS and made_with not in _CHECKPOINT_MAKERS and _is_a_model(context, receiver):
         return site.dotted
     return None
+
+
+def _per_rank_file(cell: int, facts: CellFacts, path: ast.expr):
+    """``path`` on rank 0, ``rank_R_<name>`` beside it on the others; a literal path is split here."""
+    if isinstance(path, ast.Constant) and isinstance(path.value, str):
+        folder, name = posixpath.split(path.value)
+        prefix = posixpath.join(folder, "rank_") if folder else "rank_"
+        code = f"{path.value!r} if {RANK_ZERO} else {prefix!r} + os.getenv('RANK_ID', '0') + {'_' + name!r}"
+        return replace(cell, facts, path, code, [NEEDS_OS])
+    return replace_with(cell, facts, path, _PER_RANK_FILE, [NEEDS_OS], path=path)
+
+
+def _save_path(context, site: CallSite) -> Optional[ast.expr]:
+    resolved = context.facts.resolve(site.dotted)
+    position, name = _SAVE_PATHS.get(resolved, _SAVE_PATHS.get(site.method, (None, None)))
+    return site.argument(position, name) if name is not None else None
+
+
+def _per_process(context, path: ast.expr) -> bool:
+    """Is ``path`` in a folder each process makes for itself (``tempfile.mkdtemp()``)? Each rank then
+    writes its own copy already."""
+    for node in ast.walk(path):
+        if isinstance(node, ast.Call) and context.facts.resolve(dotted_name(node.func)) in _PER_PROCESS_DIRS:
+            return True
+        if isinstance(node, ast.Name) and _made_with(context, node.id) in _PER_PROCESS_DIRS:
+            return True
+    return False
+
+
+def _reads_back(context, facts: CellFacts, save: CallSite, path: ast.expr) -> list:
+    """The paths of the calls after ``save`` in its cell that read back what it wrote (the same path text)."""
+    text = facts.segment(path)
+    reads = []
+    for site in facts.calls:
+        if site.node.lineno <= save.stmt.end_lineno:
+            continue
+        position = _READS.get(context.facts.resolve(site.dotted), _READS.get(site.method))
+        argument = site.argument(position, "filepath") if position is not None else None
+        if argument is not None and facts.segment(argument) == text:
+            reads.append(argument)
+    return reads
 
 
 def _made_with(context, name: str) -> Optional[str]:
