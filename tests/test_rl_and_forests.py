@@ -214,6 +214,14 @@ def test_a_training_step_that_reads_no_data_has_nothing_to_shard():
     assert "missing-shard" not in codes(analysis)
 
 
+def test_a_dataset_made_only_to_be_printed_does_not_make_the_step_read_data():
+    shown = MINIMIZED_FUNCTION + "# %%\nds = tf.data.Dataset.from_tensor_slices([1, 2, 3])\nprint(next(iter(ds)))\n"
+    analysis = analyze(notebook_from(shown))
+    assert analysis.steps["shard"] == analysis.steps["allreduce"] == "not-applicable"
+    trained = MINIMIZED_FUNCTION + "# %%\nds = tf.data.Dataset.from_tensor_slices([1, 2, 3])\nmodel.fit(ds)\n"
+    assert analyze(notebook_from(trained)).steps["shard"] != "not-applicable"
+
+
 def test_a_training_step_that_reads_no_data_has_no_gradients_to_aggregate():
     # Every rank computes the same gradients from the same loss: averaging them changes nothing
     # (TensorFlow's optimizers guide: the ranks' allreduce check could only say not-observed).

@@ -14,6 +14,7 @@ from .. import knowledge as K
 from ..facts import CallSite, CellFacts, dotted_name, mentions, receiver_name
 from ..findings import STEPS, Finding
 from .base import Example, Rule
+from .training_reach import feeds_no_training
 
 RANK_ID = K.RANK_ID_EXPR
 RANK_SIZE = K.RANK_SIZE_EXPR
@@ -447,7 +448,10 @@ def _is_environment(context, name: str) -> bool:
 
 
 def _reads_dataset(context) -> bool:
-    if any(context.facts.calls_to(*K.DATASET_SOURCES)) or any(context.facts.calls_to(*K.BATCHED_SOURCES)):
+    """Does the training read a dataset? Datasets made only to show an API (printed, iterated by a
+    function that trains nothing) do not count."""
+    sources = [*context.facts.calls_to(*K.DATASET_SOURCES), *context.facts.calls_to(*K.BATCHED_SOURCES)]
+    if any(not feeds_no_training(context, site) for _, _, site in sources):
         return True
     return any(
         context.facts.resolve(site.dotted).startswith(K.DATA_READER_PREFIXES) for _, _, site in context.facts.all_calls()
