@@ -228,6 +228,28 @@ class MissingShard(Rule):
             "    return dataset.batch(rank_batch_size).prefetch(1)\n"
             "model.compile(optimizer='sgd', loss='mse')\nmodel.fit(window_dataset(series, 30))\n",
         ),
+        # ... and a helper's windows printed with a global batch of 1 (Udacity's forecasting course):
+        # shard_and_rebatch_dataset cannot split it; RANK_SIZE gives each rank one sample a step.
+        Example(
+            "import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\n"
+            "def window_dataset(series, window_size, batch_size=32):\n"
+            "    dataset = tf.data.Dataset.from_tensor_slices(series)\n"
+            "    dataset = dataset.window(window_size + 1, shift=1, drop_remainder=True)\n"
+            "    dataset = dataset.flat_map(lambda window: window.batch(window_size + 1))\n"
+            "    return dataset.batch(batch_size)\n# %%\n"
+            "for window in window_dataset(tf.range(10), 3, batch_size=1):\n    print(window.numpy())\n# %%\n"
+            "model.compile(optimizer='sgd', loss='mse')\nmodel.fit(window_dataset(series, 30, 128))\n",
+            "import tensorflow as tf\nimport os\nimport npu_device as npu\nnpu.open().as_default()\n"
+            "def window_dataset(series, window_size, batch_size=32):\n"
+            "    dataset = tf.data.Dataset.from_tensor_slices(series)\n"
+            "    dataset = dataset.window(window_size + 1, shift=1, drop_remainder=True)\n"
+            "    dataset = dataset.flat_map(lambda window: window.batch(window_size + 1))\n"
+            "    dataset, rank_batch_size = npu.distribute.shard_and_rebatch_dataset(dataset, batch_size)\n"
+            "    return dataset.batch(rank_batch_size)\n# %%\n"
+            "for window in window_dataset(tf.range(10), 3, batch_size=int(os.getenv('RANK_SIZE', '1'))):\n"
+            "    print(window.numpy())\n# %%\n"
+            "model.compile(optimizer='sgd', loss='mse')\nmodel.fit(window_dataset(series, 30, 128))\n",
+        ),
         # A shard that takes the same part on every rank: its arguments become the rank's.
         Example(
             "import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\n"
@@ -511,7 +533,7 @@ class MissingShard(Rule):
                 + _even_cut_note(context, source),
                 _env_shard(cell, facts, source, None, context),
             )
-        edits = None
+        edits, ones = None, []
         if not context.tf1 and batch is not None:
             edits = _shard_and_rebatch(context, cell, facts, source, batch)
         if edits is None:
@@ -519,7 +541,14 @@ class MissingShard(Rule):
             how = "add .shard(RANK_SIZE, RANK_ID) right after the source, before shuffle and batch"
         else:
             how = "add npu.distribute.shard_and_rebatch_dataset before shuffle and batch"
+            ones = _calls_with_a_batch_of_one(context, source, _batch_argument(batch))
+            edits += [replace(c, f, node, K.RANK_SIZE_EXPR, [NEEDS_OS]) for c, f, node in ones]
         split = ", and split the global batch across ranks" if batch is not None else ""
+        if ones:
+            cells = ", ".join(str(c) for c in dict.fromkeys(c for c, _, _ in ones))
+            split += (f"; {'calls' if len(ones) > 1 else 'a call'} in cell {cells} "
+                      f"give{'' if len(ones) > 1 else 's'} it a global batch of 1, which cannot be split: RANK_SIZE "
+                      "instead, so that each rank reads one sample a step as one card did")
         note = _even_cut_note(context, source)
         context.shard_fix_splits_batch |= batch is not None
         return self.finding(
@@ -987,6 +1016,29 @@ def _samples_named(context, source: CallSite) -> Optional[str]:
 def _divided(cell, facts: CellFacts, size: ast.expr, divisor: str, needs) -> Edit:
     pattern = "{size}" if _is_simple(size) else "({size})"
     return replace_with(cell, facts, size, f"{pattern} // {divisor}", needs, size=size)
+
+
+def _calls_with_a_batch_of_one(context, source: CallSite, size: Optional[ast.expr]) -> list:
+    """(cell, facts, literal) of the calls of the function making ``source`` that give its batch
+    parameter ``size`` a literal 1 (Udacity's forecasting course prints a helper's windows with
+    ``batch_size=1``): shard_and_rebatch_dataset raises on such a batch on more than one rank."""
+    if not isinstance(size, ast.Name) or source.function is None:
+        return []
+    defined = context.facts.function(source.function)
+    function = defined[2] if defined is not None else None
+    if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return []
+    positional = [a.arg for a in [*function.args.posonlyargs, *function.args.args]]
+    if size.id not in positional and size.id not in [a.arg for a in function.args.kwonlyargs]:
+        return []
+    found = []
+    for cell, facts, call in context.facts.calls(source.function):
+        if call.node.func.__class__ is not ast.Name:
+            continue
+        given = call.argument(positional.index(size.id), size.id) if size.id in positional else call.argument(99, size.id)
+        if int_literal(given) == 1:
+            found.append((cell, facts, given))
+    return found
 
 
 def _shard_and_rebatch(context, cell, facts: CellFacts, source: CallSite, batch: CallSite) -> Optional[List[Edit]]:
