@@ -13,6 +13,7 @@ from .not_data_parallel import NotDataParallel
 from .horovod_leftover import HorovodLeftover
 from .loss_scale_not_distributed import LossScaleNotDistributed
 from .open_without_as_default import OpenWithoutAsDefault
+from .per_rank_logs import PerRankLogs
 from .rank_dependent_steps import RankDependentSteps
 from .rank_from_hccl_too_early import RankFromHcclTooEarly
 from .reduction_mismatch import ReductionMismatch
@@ -46,6 +47,7 @@ RULE_CLASSES = (
     SharedModelDir,
     EveryRankWrites,
     RankDependentSteps,
+    PerRankLogs,
     MissingSetup,
 )
 ALL_RULES = tuple(rule() for rule in RULE_CLASSES)
