@@ -447,8 +447,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             record = measure(path, args.ranks, args.timeout, work_root, data_root, args.fixed_only)
             records.append(record)
             if record.selection.runnable:
+                failed = record.fixed is not None and not record.fixed.passed
+                why = f"\n    {(record.fixed.error or _check_summary(record.fixed))[:300]}" if failed else ""
                 print(f"[{number}/{len(paths)}] {record.name}: unfixed {_short(record.unfixed)}, "
-                      f"fixed {_short(record.fixed)} ({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
+                      f"fixed {_short(record.fixed)} ({time.monotonic() - started:.0f} s){why}", file=sys.stderr, flush=True)
     finally:
         shutil.rmtree(work_root, ignore_errors=True)
     text, summary = report(records, time.monotonic() - started)
