@@ -377,6 +377,20 @@ class MissingAllreduce(Rule):
             "optimizer = npu.distribute.npu_distributed_keras_optimizer_wrapper(optimizer)\n"
             "model.compile(loss='mse', optimizer=optimizer)\nmodel.fit(train_set, epochs=10)\n",
         ),
+        # One of two compiles wrapped: the step is missing for the other, and only that one is fixed.
+        Example(
+            "import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\n# %%\n"
+            "optimizer = tf.keras.optimizers.SGD(1e-5, momentum=0.9)\n"
+            "model.compile(loss='mse', optimizer=optimizer)\nmodel.fit(train_set, epochs=10)\n# %%\n"
+            "optimizer = npu.distribute.npu_distributed_keras_optimizer_wrapper(tf.keras.optimizers.SGD(1e-6))\n"
+            "model.compile(loss='mse', optimizer=optimizer)\nmodel.fit(train_set, epochs=10)\n",
+            "import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\n# %%\n"
+            "optimizer = tf.keras.optimizers.SGD(1e-5, momentum=0.9)\n"
+            "optimizer = npu.distribute.npu_distributed_keras_optimizer_wrapper(optimizer)\n"
+            "model.compile(loss='mse', optimizer=optimizer)\nmodel.fit(train_set, epochs=10)\n# %%\n"
+            "optimizer = npu.distribute.npu_distributed_keras_optimizer_wrapper(tf.keras.optimizers.SGD(1e-6))\n"
+            "model.compile(loss='mse', optimizer=optimizer)\nmodel.fit(train_set, epochs=10)\n",
+        ),
         # A string the Estimator does not know (names are case-sensitive there): reported, not fixed.
         Example(
             "import tensorflow as tf\n"
@@ -443,6 +457,11 @@ class MissingAllreduce(Rule):
             context.mark("allreduce", "not-applicable", BOOSTED_TREES_REASON)
         elif _model_fns_take_no_gradient_step(context):
             context.mark("allreduce", "not-applicable", NO_OPTIMIZER_REASON)
+        elif context.steps.get("allreduce") == "present" and "keras" in context.frameworks and not context.tf1:
+            # One wrapped optimizer does not aggregate another model's gradients: a compile whose
+            # optimizer is known to be unwrapped makes the step missing, and only those are fixed.
+            if any(_compile_wrapped(context, cell, site) is False for cell, _, site in context.facts.calls("compile")):
+                context.steps["allreduce"] = "missing"
 
     def check(self, context) -> Iterable[Finding]:
         if context.steps["allreduce"] != "missing" or _horovod_optimizer(context):
@@ -546,6 +565,8 @@ class MissingAllreduce(Rule):
         needs = NEEDS_NPU_BRIDGE if context.tf1 else NEEDS_NPU_DEVICE
         seen = set()
         for cell, facts, site in context.facts.calls("compile"):
+            if _compile_wrapped(context, cell, site):
+                continue
             optimizer = site.argument(0, "optimizer")
             if optimizer is None:
                 default = default_optimizer_argument(context, cell, facts, site, wrapper, needs)
@@ -744,6 +765,29 @@ def _wrap_creation(cell: int, facts: CellFacts, site: CallSite, wrapper: str, ne
     if target is not None and site.stmt.value is site.node:
         return insert_after(cell, facts, site.stmt, f"{target} = {wrapper}({target})", [needs])
     return wrap(cell, facts, site.node, wrapper, [needs])
+
+
+def _compile_wrapped(context, cell: int, site: CallSite) -> Optional[bool]:
+    """Does this ``compile`` get an optimizer that aggregates gradients? True: wrapped where it is
+    given or where the name it is given by was last bound; False: a plain optimizer or a string;
+    None: not known (a function's result, a name bound elsewhere)."""
+    optimizer = site.argument(0, "optimizer")
+    if isinstance(optimizer, ast.Constant) and isinstance(optimizer.value, str):
+        return False
+    if isinstance(optimizer, ast.Name):
+        optimizer = _last_bound_before(context, optimizer.id, cell, site)
+    if not isinstance(optimizer, ast.Call):
+        return None
+    called = context.facts.resolve(dotted_name(optimizer.func))
+    if called in K.ALLREDUCE_FORMS:
+        return True
+    return False if called in K.OPTIMIZERS else None
+
+
+def _last_bound_before(context, name: str, cell: int, use: CallSite) -> Optional[ast.expr]:
+    bound = [(c, a.stmt.lineno, a.value) for c, _, a in context.facts.assignments(name)
+             if a.function == use.function and not a.tuple_target and (c, a.stmt.lineno) <= (cell, use.node.lineno)]
+    return max(bound, key=lambda item: item[:2])[2] if bound else None
 
 
 def _creation_of(context, name: str, use: CallSite, use_cell: Optional[int] = None):
