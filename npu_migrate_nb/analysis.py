@@ -259,6 +259,10 @@ def _steps(facts: NotebookFacts, context: Context) -> Dict[str, str]:
         ),
         "shard": has_rank_shard(facts),
     }
+    if present["allreduce"]:
+        from .rules.allreduce import some_compile_unwrapped
+
+        present["allreduce"] = not some_compile_unwrapped(context)
     return {step: "present" if present[step] else "missing" for step in STEPS}
 
 

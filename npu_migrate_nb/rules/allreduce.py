@@ -457,15 +457,14 @@ class MissingAllreduce(Rule):
             context.mark("allreduce", "not-applicable", BOOSTED_TREES_REASON)
         elif _model_fns_take_no_gradient_step(context):
             context.mark("allreduce", "not-applicable", NO_OPTIMIZER_REASON)
-        elif context.steps.get("allreduce") == "present" and "keras" in context.frameworks and not context.tf1:
-            # One wrapped optimizer does not aggregate another model's gradients: a compile whose
-            # optimizer is known to be unwrapped makes the step missing, and only those are fixed.
-            if any(_compile_wrapped(context, cell, site) is False for cell, _, site in context.facts.calls("compile")):
-                context.steps["allreduce"] = "missing"
 
     def check(self, context) -> Iterable[Finding]:
-        if context.steps["allreduce"] != "missing" or _horovod_optimizer(context):
+        if context.steps["allreduce"] != "missing":
             return []
+        if _horovod_optimizer(context):  # horovod-leftover converts it; a compile given a plain optimizer is ours
+            if "keras" not in context.frameworks or context.tf1:
+                return []
+            return list(self._wrap_compiled_optimizers(context, only_unwrapped=True))
         findings: List[Finding] = list(self._set_is_distributed(context))
         if context.tf1:
             findings += self._wrap_tf1_optimizers(context)
@@ -560,12 +559,13 @@ class MissingAllreduce(Rule):
         return self.finding(cell, facts, site.node if given is None else given, message, [edit])
 
     # -- Keras compile/fit: wrap the optimizer given to compile (resolving strings)
-    def _wrap_compiled_optimizers(self, context) -> Iterator[Finding]:
+    def _wrap_compiled_optimizers(self, context, only_unwrapped: bool = False) -> Iterator[Finding]:
         wrapper = TF1_WRAPPER if context.tf1 else f"{context.npu}.distribute.npu_distributed_keras_optimizer_wrapper"
         needs = NEEDS_NPU_BRIDGE if context.tf1 else NEEDS_NPU_DEVICE
         seen = set()
         for cell, facts, site in context.facts.calls("compile"):
-            if _compile_wrapped(context, cell, site):
+            wrapped = _compile_wrapped(context, cell, site)
+            if wrapped or (only_unwrapped and wrapped is None):
                 continue
             optimizer = site.argument(0, "optimizer")
             if optimizer is None:
@@ -765,6 +765,14 @@ def _wrap_creation(cell: int, facts: CellFacts, site: CallSite, wrapper: str, ne
     if target is not None and site.stmt.value is site.node:
         return insert_after(cell, facts, site.stmt, f"{target} = {wrapper}({target})", [needs])
     return wrap(cell, facts, site.node, wrapper, [needs])
+
+
+def some_compile_unwrapped(context) -> bool:
+    """One wrapped optimizer does not aggregate another model's gradients: is a Keras compile given
+    an optimizer known to be unwrapped (TF2; the step is missing then, and only those are fixed)?"""
+    if "keras" not in context.frameworks or context.tf1:
+        return False
+    return any(_compile_wrapped(context, cell, site) is False for cell, _, site in context.facts.calls("compile"))
 
 
 def _compile_wrapped(context, cell: int, site: CallSite) -> Optional[bool]:

@@ -64,6 +64,8 @@ class EveryRankWrites(Rule):
         # A per-rank path.
         "import os\nimport tensorflow as tf\nmodel.compile('sgd', 'mse')\n"
         "model.fit(x, y, callbacks=[tf.keras.callbacks.BackupAndRestore(f\"backup_{os.environ['RANK_ID']}\")])\n",
+        # A folder every rank may make.
+        "import os\nimport tensorflow as tf\nmodel.compile('sgd', 'mse')\nmodel.fit(x, y)\nos.makedirs('ckpt', exist_ok=True)\n",
         # Nothing trains: one process, nothing to share.
         "import tensorflow as tf\nmodule = tf.Module()\ntf.saved_model.save(module, 'saved')\n",
         # A folder each process makes for itself (TensorFlow's ragged-tensor guide): every rank has its own.
@@ -128,7 +130,15 @@ class EveryRankWrites(Rule):
             "model.load_weights(folder + '/w.h5' if int(os.getenv('RANK_ID', '0')) == 0 else os.path.join(os.path.dirname("
             "folder + '/w.h5'), 'rank_' + os.getenv('RANK_ID', '0') + '_' + os.path.basename(folder + '/w.h5')))\n",
         ),
-        # TensorFlow's SavedModel migration guide: TF1's SavedModelBuilder and simple_save.
+        # Keras' save-and-load tutorial makes its checkpoint folder on every rank.
+        Example(
+            "import os\nimport tensorflow as tf\nmodel.compile('sgd', 'mse')\nmodel.fit(x, y)\n"
+            "os.mkdir('./checkpoints')\n",
+            "import os\nimport tensorflow as tf\nmodel.compile('sgd', 'mse')\nmodel.fit(x, y)\n"
+            "os.makedirs('./checkpoints', exist_ok=True)\n",
+        ),
+        # TensorFlow's SavedModel migration guide: TF1's SavedModelBuilder (it refuses a folder that exists: a
+        # copy per rank) and simple_save.
         Example(
             "import tensorflow as tf\nimport tensorflow.compat.v1 as tf1\nmodel.compile('sgd', 'mse')\nmodel.fit(x, y)\n"
             "with tf1.Session() as sess:\n"
@@ -138,9 +148,10 @@ class EveryRankWrites(Rule):
             "    tf1.saved_model.simple_save(sess, 'simple-save', inputs={'input': x}, outputs={'output': y})\n",
             "import tensorflow as tf\nimport os\nimport tensorflow.compat.v1 as tf1\nmodel.compile('sgd', 'mse')\nmodel.fit(x, y)\n"
             "with tf1.Session() as sess:\n"
-            "    builder = tf1.saved_model.Builder('saved-model-builder')\n"
+            "    builder = tf1.saved_model.Builder('saved-model-builder' if int(os.getenv('RANK_ID', '0')) == 0 else "
+            "'rank_' + os.getenv('RANK_ID', '0') + '_saved-model-builder')\n"
             "    builder.add_meta_graph_and_variables(sess, tags=['serve'])\n"
-            "    if int(os.getenv('RANK_ID', '0')) == 0:\n        builder.save()\n"
+            "    builder.save()\n"
             "    if int(os.getenv('RANK_ID', '0')) == 0:\n"
             "        tf1.saved_model.simple_save(sess, 'simple-save', inputs={'input': x}, outputs={'output': y})\n",
         ),
@@ -149,7 +160,25 @@ class EveryRankWrites(Rule):
     def check(self, context) -> Iterable[Finding]:
         if context.framework == "none":
             return []
-        return list(self._saves(context)) + list(self._callbacks(context))
+        return list(self._saves(context)) + list(self._callbacks(context)) + list(self._folders(context))
+
+    def _folders(self, context) -> Iterator[Finding]:
+        """``os.mkdir(path)`` on every rank: the second rank to get there raises FileExistsError."""
+        for cell, facts, site in context.facts.calls_to("os.mkdir", "os.makedirs"):
+            exist_ok = site.argument(2 if site.method == "makedirs" else 99, "exist_ok")
+            path = site.argument(0, "name" if site.method == "makedirs" else "path")
+            if path is None or (exist_ok is not None and not (isinstance(exist_ok, ast.Constant) and not exist_ok.value)):
+                continue
+            if _on_one_rank(facts, site.stmt) or mentions(path, ("RANK", "rank")) or _per_process(context, path):
+                continue
+            mode = site.argument(1, "mode")
+            arguments = facts.segment(path) + (f", {facts.segment(mode)}" if mode is not None else "")
+            yield self.finding(
+                cell, facts, site.node,
+                f"every rank runs this {site.method} on the same folder: on one server the ranks share its disk, and "
+                "the second to get there raises FileExistsError; os.makedirs(..., exist_ok=True) lets every rank through",
+                [replace(cell, facts, site.node, f"os.makedirs({arguments}, exist_ok=True)", [NEEDS_OS])],
+            )
 
     def _saves(self, context) -> Iterator[Finding]:
         for cell, facts, site in context.facts.calls(*_MODEL_METHODS, *_CHECKPOINT_METHODS, "simple_save"):
@@ -158,6 +187,16 @@ class EveryRankWrites(Rule):
                 continue
             path = _save_path(context, site)
             if path is not None and (mentions(path, ("RANK", "rank")) or _per_process(context, path)):
+                continue
+            builder = _builder_path(context, site)
+            if builder is not None:
+                b_cell, b_facts, b_path = builder
+                if mentions(b_path, ("RANK", "rank")):
+                    continue
+                message = (f"every rank runs this {what} into the same folder, and SavedModelBuilder refuses a folder that "
+                           "exists (the second rank raises 'Export directory ... already exists'): each rank exports "
+                           "its own copy (rank 0 where the notebook said, the others beside it as rank_R_<name>)")
+                yield self.finding(cell, facts, site.node, message, [_per_rank_file(b_cell, b_facts, b_path)])
                 continue
             reads = _reads_back(context, facts, site, path) if path is not None else []
             if reads:
@@ -218,6 +257,23 @@ def _per_rank_file(cell: int, facts: CellFacts, path: ast.expr):
         code = f"{path.value!r} if {RANK_ZERO} else {prefix!r} + os.getenv('RANK_ID', '0') + {'_' + name!r}"
         return replace(cell, facts, path, code, [NEEDS_OS])
     return replace_with(cell, facts, path, _PER_RANK_FILE, [NEEDS_OS], path=path)
+
+
+_BUILDERS = frozenset({"tensorflow.saved_model.Builder", "tensorflow.saved_model.builder.SavedModelBuilder"})
+
+
+def _builder_path(context, site: CallSite):
+    """(cell, facts, export_dir) of the SavedModelBuilder whose ``save`` this is, else None."""
+    receiver = receiver_name(site)
+    if site.method != "save" or receiver is None:
+        return None
+    for cell, facts, assignment in reversed(list(context.facts.assignments(receiver))):
+        value = assignment.value
+        if isinstance(value, ast.Call) and context.facts.resolve(dotted_name(value.func)) in _BUILDERS:
+            made = next((s for s in facts.calls if s.node is value), None)
+            path = made.argument(0, "export_dir") if made is not None else None
+            return (cell, facts, path) if path is not None else None
+    return None
 
 
 def _save_path(context, site: CallSite) -> Optional[ast.expr]:

@@ -35,6 +35,14 @@ class SharedModelDir(Rule):
         "import os\nimport tensorflow as tf\nest = tf.estimator.Estimator(model_fn, model_dir=f'ckpt_{os.environ[\"RANK_ID\"]}')\n",
     ]
     INVALID = [
+        # Given by position (TensorFlow's SavedModel migration guide).
+        Example(
+            "import tensorflow as tf\nest = tf.estimator.Estimator(model_fn, 'estimator-checkpoints')\n"
+            "est.train(train_fn, steps=1)\n",
+            "import tensorflow as tf\nimport os\n"
+            "est = tf.estimator.Estimator(model_fn, os.path.join('estimator-checkpoints', 'rank_' + os.getenv('RANK_ID', '0')))\n"
+            "est.train(train_fn, steps=1)\n",
+        ),
         Example(
             "import os\nimport tensorflow as tf\n"
             "config = tf.estimator.RunConfig(model_dir='/tmp/model', save_checkpoints_steps=50)\n"
@@ -52,14 +60,19 @@ class SharedModelDir(Rule):
 
     def _findings(self, context) -> Iterator[Finding]:
         for cell, facts, site in context.facts.calls_to(*MODEL_DIR_OWNERS):
-            keyword = site.keyword("model_dir")
-            if keyword is None or (isinstance(keyword.value, ast.Constant) and keyword.value.value is None):
+            position = _MODEL_DIR_POSITION.get(context.facts.resolve(site.dotted), 99)
+            model_dir = site.argument(position, "model_dir")
+            if model_dir is None or (isinstance(model_dir, ast.Constant) and model_dir.value is None):
                 continue
-            if mentions(keyword.value, ("RANK", "rank")):
+            if mentions(model_dir, ("RANK", "rank")):
                 continue
             yield self.finding(
-                cell, facts, keyword.value,
+                cell, facts, model_dir,
                 "every rank writes checkpoints to the same model_dir and the ranks race on its files: give each "
                 "rank a folder of its own in it (each resumes from its own checkpoints, so all run the same steps)",
-                [replace_with(cell, facts, keyword.value, PER_RANK_MODEL_DIR, [NEEDS_OS], model_dir=keyword.value)],
+                [replace_with(cell, facts, model_dir, PER_RANK_MODEL_DIR, [NEEDS_OS], model_dir=model_dir)],
             )
+
+
+# Where model_dir may be given by position: Estimator(model_fn, model_dir=None, ...), RunConfig(model_dir=None, ...).
+_MODEL_DIR_POSITION = {"tensorflow.estimator.Estimator": 1, "tensorflow.estimator.RunConfig": 0}

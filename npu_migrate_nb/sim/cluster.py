@@ -92,6 +92,7 @@ class Cluster:
         self.seed = seed
         self.startup_timeout = startup_timeout
         self.setup = setup
+        self.folder_before = None  # (the notebook's folder, the names it held) when a run entered it
         self.job_id = str(10000 + os.getpid() % 50000)
         self.state_dir: Optional[str] = None
         self.rank_table_path: Optional[str] = None

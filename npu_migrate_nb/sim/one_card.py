@@ -4,7 +4,8 @@ A cell that fails on N ranks either fails the same way on one card (a problem of
 this machine, not of the distributed steps) or runs there (the distributed run breaks it: a rank
 waiting in a collective the others skipped, ranks writing the same file, a step only the ranks
 take). :func:`rerun_on_one_card` reruns the cells up to the failed one on a fresh cluster of one rank
-(rank size 1: the adapter's APIs are no-ops, as on one card) within a time bound and says which;
+(rank size 1: the adapter's APIs are no-ops, as on one card) within a time bound and says which, in a
+scratch copy of the notebook's folder as it was before the ranks wrote in it;
 :class:`OneCardRerun` does it in a thread, so that a notebook door can go on and show the answer
 when it comes.
 """
@@ -12,9 +13,12 @@ when it comes.
 from __future__ import annotations
 
 import io
+import os
+import shutil
+import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 from ..notebook import Notebook
@@ -51,6 +55,8 @@ def rerun_on_one_card(notebook: Notebook, cell: int, like: Cluster, bound: float
 
     deadline = time.monotonic() + bound
     single = single or like.with_ranks(1)
+    scratch = folder_as_before(os.path.dirname(os.path.abspath(notebook.path)), getattr(like, "folder_before", None))
+    notebook = replace(notebook, path=os.path.join(scratch, os.path.basename(notebook.path)))
     try:
         try:
             single.start()
@@ -75,6 +81,26 @@ def rerun_on_one_card(notebook: Notebook, cell: int, like: Cluster, bound: float
                                    "at rank size 1)")
     finally:
         single.stop()
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def folder_as_before(folder: str, before) -> str:
+    """A scratch folder that holds ``folder``'s entries as links, leaving out those the distributed
+    run made (``before``: (folder, the names it held when the run started)): one card starts where
+    the ranks started, not where they left off (a notebook's ``os.mkdir`` would fail on their folder)."""
+    scratch = tempfile.mkdtemp(prefix="npu-one-card-")
+    try:
+        entries = os.listdir(folder)
+    except OSError:
+        return scratch
+    if before is not None and before[0] == folder:
+        entries = [name for name in entries if name in before[1]]
+    for name in entries:
+        try:
+            os.symlink(os.path.join(folder, name), os.path.join(scratch, name))
+        except OSError:
+            continue
+    return scratch
 
 
 def _fails_text(cell: int, failed_at: int, outcome) -> str:

@@ -248,6 +248,10 @@ class Runner:
     def _enter_directory(self, directory: str) -> None:
         # Relative paths in the notebook mean its own directory, as in Jupyter.
         self.cluster.view.apply_sync(os.chdir, directory)
+        try:  # what was there before the ranks wrote anything: where a one-card rerun starts from
+            self.cluster.folder_before = (directory, frozenset(os.listdir(directory)))
+        except OSError:
+            self.cluster.folder_before = None
 
     # ------------------------------------------------------------------------------- cells
 

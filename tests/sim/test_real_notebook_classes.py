@@ -8,7 +8,7 @@ after ``fix``, every cell runs and the three checks pass.
 * TF1 Keras given numpy arrays, two models in one graph (the second asked for the first's input);
 * a TF1 session loop left by tf.distribute, reading its dataset through an iterator;
 * three rows written in the notebook (a global batch of 1);
-* EarlyStopping on each rank's own logs, and a model saved and read back in one cell;
+* EarlyStopping on each rank's own logs, a folder made on every rank, a model saved and read back in one cell;
 * one sample repeated (``from_tensors(...).repeat()``): nothing to shard or aggregate.
 """
 
@@ -108,7 +108,8 @@ THREE_ROWS = [
 
 # Udacity's forecasting course: EarlyStopping on each rank's own validation loss (the ranks stopped
 # at different epochs, one waited in the all-reduce); TensorFlow's feature-column guide saves a model
-# and reads it back in one cell (saved on rank 0 only, rank 1 found no file).
+# and reads it back in one cell (saved on rank 0 only, rank 1 found no file); Keras' save-and-load
+# tutorial makes its folder on every rank (the second raised FileExistsError).
 EARLY_STOPPING_AND_READ_BACK = [
     "import tensorflow as tf\n" + DATA +
     "train = tf.data.Dataset.from_tensor_slices((x[:192], y[:192])).batch(32)\n"
@@ -117,8 +118,9 @@ EARLY_STOPPING_AND_READ_BACK = [
     "model.compile(tf.keras.optimizers.SGD(0.05), 'mse')\n"
     "early_stopping = tf.keras.callbacks.EarlyStopping(patience=2, min_delta=0.01)\n"
     "model.fit(train, validation_data=valid, epochs=40, callbacks=[early_stopping], verbose=0)",
-    "model.save('model.keras')\n"
-    "restored = tf.keras.models.load_model('model.keras')\n"
+    "import os\nos.mkdir('models')\n"
+    "model.save('models/model.keras')\n"
+    "restored = tf.keras.models.load_model('models/model.keras')\n"
     "print(restored.predict(x[:2], verbose=0))",
 ]
 
