@@ -3,7 +3,7 @@ checkpoint's ``save``, ``ModelCheckpoint`` and ``BackupAndRestore`` run on every
 server the ranks share its disk. Two ranks writing one checkpoint race on its temporary files (found
 by the simulator: ``MergeV2Checkpoints ... my_checkpoint_temp/part-00000-of-00001 did not exist``)
 or on an HDF5 file's lock. The fix: a save runs on rank 0 only; a ``ModelCheckpoint`` writes rank 0's
-file where the notebook said, the other ranks' beside it in a ``rank_R`` folder; each rank backs up
+file where the notebook said, the other ranks' in a folder beside rank 0's (``training_1_rank_R``); each rank backs up
 and restores its own state (``BackupAndRestore``), so that every rank resumes at the same epoch.
 """
 
@@ -32,9 +32,11 @@ _CALLBACKS = {
     "tensorflow.keras.callbacks.BackupAndRestore": ("backup_dir", 0),
     "tensorflow.keras.callbacks.experimental.BackupAndRestore": ("backup_dir", 0),
 }
+# A folder beside rank 0's, not in it: code that lists rank 0's folder (the latest checkpoint by
+# name, Keras' save-and-load tutorial) finds only rank 0's files there.
 _BESIDE_FOR_OTHER_RANKS = (
     "{path} if int(os.getenv('RANK_ID', '0')) == 0 else "
-    "os.path.join(os.path.dirname({path}), 'rank_' + os.getenv('RANK_ID', '0'), os.path.basename({path}))"
+    "os.path.join((os.path.dirname({path}) or '.') + '_rank_' + os.getenv('RANK_ID', '0'), os.path.basename({path}))"
 )
 _PER_RANK = "os.path.join({path}, 'rank_' + os.getenv('RANK_ID', '0'))"
 # A file saved and read back in one cell: rank 0's where the notebook said, the others' beside it.
@@ -89,7 +91,7 @@ class EveryRankWrites(Rule):
             "import os\nimport tensorflow as tf\nmodel.compile('sgd', 'mse')\n"
             "checkpoint_path = 'training_1/cp.ckpt'\n"
             "cp_callback = tf.keras.callbacks.ModelCheckpoint(filepath=checkpoint_path if int(os.getenv('RANK_ID', '0')) "
-            "== 0 else os.path.join(os.path.dirname(checkpoint_path), 'rank_' + os.getenv('RANK_ID', '0'), "
+            "== 0 else os.path.join((os.path.dirname(checkpoint_path) or '.') + '_rank_' + os.getenv('RANK_ID', '0'), "
             "os.path.basename(checkpoint_path)), save_weights_only=True)\n"
             "model.fit(x, y, callbacks=[cp_callback])\n",
         ),
@@ -222,7 +224,7 @@ class EveryRankWrites(Rule):
             simple = isinstance(path, (ast.Name, ast.Constant, ast.Attribute))
             if site.method == "ModelCheckpoint":
                 message = ("every rank's ModelCheckpoint writes the same file: on one server the ranks share its disk "
-                           "and race on it; rank 0 writes it where it is, the other ranks beside it in rank_R/")
+                           "and race on it; rank 0 writes it where it is, the other ranks in a folder beside it (<folder>_rank_R)")
                 pattern = _BESIDE_FOR_OTHER_RANKS
             else:
                 message = ("every rank's BackupAndRestore backs up to the same folder: each rank backs up and restores "
