@@ -20,6 +20,9 @@ class BatchNotDivisible(Rule):
         "BATCH = 128\nds = ds.batch(BATCH)\n",
         # A batch of 1 is not split: each rank reads one sample a step (missing-shard says what that means).
         "ds = ds.batch(1)\n",
+        # One element repeated: sharding does not apply, so no batch is split.
+        "import tensorflow as tf\nmodel.compile('sgd', 'mse')\n"
+        "ds = tf.data.Dataset.from_tensors(([1.], [1.])).repeat(100).batch(10)\nmodel.fit(ds)\n",
     ]
     INVALID = [
         Example("ds = ds.batch(100)\n"),
@@ -29,6 +32,8 @@ class BatchNotDivisible(Rule):
     ]
 
     def check(self, context) -> Iterable[Finding]:
+        if context.framework != "none" and context.steps.get("shard") == "not-applicable":  # nothing is split
+            return []
         return list(self._findings(context))
 
     def _findings(self, context) -> Iterator[Finding]:
