@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 from typing import Iterable, Iterator, List, Optional
 
-from ..facts import CallSite, CellFacts
+from ..facts import CallSite
 from ..findings import NEEDS_NPU_DEVICE, Finding
 from .base import Example, Rule, keras_prefix, replace_with
 
