@@ -50,6 +50,7 @@ _SAVE_PATHS = {"save": (0, "filepath"), "save_weights": (0, "filepath"), "write"
 # Calls that read back what a save wrote, with the position of their path.
 _READS = {"tensorflow.keras.models.load_model": 0, "tensorflow.saved_model.load": 0, "load_weights": 0}
 # A directory of its own for each process that makes it: every rank writes in a folder of its own.
+_OWN_COPY = "(rank 0 where the notebook said, the others beside it as rank_R_<name>)"
 _PER_PROCESS_DIRS = frozenset({"tempfile.mkdtemp", "tempfile.TemporaryDirectory", "tempfile.mkstemp",
                                "tempfile.NamedTemporaryFile"})
 
@@ -167,7 +168,8 @@ class EveryRankWrites(Rule):
     def _folders(self, context) -> Iterator[Finding]:
         """``os.mkdir(path)`` on every rank: the second rank to get there raises FileExistsError."""
         for cell, facts, site in context.facts.calls_to("os.mkdir", "os.makedirs"):
-            exist_ok = site.argument(2 if site.method == "makedirs" else 99, "exist_ok")
+            keyword = site.keyword("exist_ok")  # os.mkdir has none; os.makedirs(name, mode, exist_ok)
+            exist_ok = keyword.value if keyword is not None else (site.argument(2, "exist_ok") if site.method == "makedirs" else None)
             path = site.argument(0, "name" if site.method == "makedirs" else "path")
             if path is None or (exist_ok is not None and not (isinstance(exist_ok, ast.Constant) and not exist_ok.value)):
                 continue
@@ -197,15 +199,14 @@ class EveryRankWrites(Rule):
                     continue
                 message = (f"every rank runs this {what} into the same folder, and SavedModelBuilder refuses a folder that "
                            "exists (the second rank raises 'Export directory ... already exists'): each rank exports "
-                           "its own copy (rank 0 where the notebook said, the others beside it as rank_R_<name>)")
+                           f"its own copy {_OWN_COPY}")
                 yield self.finding(cell, facts, site.node, message, [_per_rank_file(b_cell, b_facts, b_path)])
                 continue
             reads = _reads_back(context, facts, site, path) if path is not None else []
             if reads:
                 message = (f"every rank runs this {what} and writes the same file, then reads it back in this cell: "
                            "on one server the ranks share its disk and race on it, and written on rank 0 only it "
-                           "would not be there yet for the others; each rank saves and reads its own copy "
-                           "(rank 0 where the notebook said, the others beside it as rank_R_<name>)")
+                           f"would not be there yet for the others; each rank saves and reads its own copy {_OWN_COPY}")
                 edits = [_per_rank_file(cell, facts, node) for node in [path, *reads]]
                 yield self.finding(cell, facts, site.node, message, edits)
                 continue

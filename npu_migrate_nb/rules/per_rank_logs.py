@@ -8,7 +8,7 @@ the learning rate at different epochs (their weights drift apart). The fix, as H
 from __future__ import annotations
 
 import ast
-from typing import Iterable, Iterator, List, Optional
+from typing import Iterable, Iterator, Optional
 
 from ..facts import CallSite
 from ..findings import NEEDS_NPU_DEVICE, Finding
@@ -83,14 +83,14 @@ class PerRankLogs(Rule):
 
     def _findings(self, context) -> Iterator[Finding]:
         for cell, facts, site in context.facts.calls_to(*_READERS):
-            element = _element_given_to_fit(context, cell, site)
-            if element is None or _averaged_before(element):
+            given = _given_to_fit(context, cell, site)
+            if given is _NOT_GIVEN or (given is not None and _averaged_before(given)):
                 continue
             edits = []
-            if not context.tf1 and element[1] is not None:
-                list_cell, list_facts, node = element[1]
-                edits = [replace_with(list_cell, list_facts, node, _literal(average_logs_callback(context)) + ", {node}",
-                                      [NEEDS_NPU_DEVICE], node=node)]
+            if not context.tf1 and given is not None:
+                list_cell, list_facts, _, element = given
+                edits = [replace_with(list_cell, list_facts, element, _literal(average_logs_callback(context)) + ", {node}",
+                                      [NEEDS_NPU_DEVICE], node=element)]
             yield self.finding(
                 cell, facts, site.node,
                 f"{site.method} reads this rank's own loss and metrics (each rank's logs come from its shard of the "
@@ -102,10 +102,13 @@ class PerRankLogs(Rule):
             )
 
 
-def _element_given_to_fit(context, cell: int, site: CallSite):
-    """(fit, (cell, facts, list element)) when the callback reaches a ``fit(callbacks=[...])`` list,
-    directly or by the name it is bound to; (fit, None) when it reaches a fit some other way; None
-    when no later fit takes it."""
+_NOT_GIVEN = object()  # no later fit takes the callback
+
+
+def _given_to_fit(context, cell: int, site: CallSite):
+    """(cell, facts, list, element) when the callback is an element of a later ``fit(callbacks=[...])``
+    list, directly or by the name it is bound to; None when it reaches a later fit some other way;
+    ``_NOT_GIVEN`` when no later fit takes it."""
     name = _bound_name(site)
     for fit_cell, fit_facts, fit in context.facts.calls("fit"):
         keyword = fit.keyword("callbacks")
@@ -115,10 +118,10 @@ def _element_given_to_fit(context, cell: int, site: CallSite):
         if isinstance(given, ast.List):
             for element in given.elts:
                 if element is site.node or (name is not None and isinstance(element, ast.Name) and element.id == name):
-                    return fit, (fit_cell, fit_facts, element)
+                    return fit_cell, fit_facts, given, element
         if name is not None and any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(given)):
-            return fit, None
-    return None
+            return None
+    return _NOT_GIVEN
 
 
 def _literal(code: str) -> str:
@@ -134,14 +137,8 @@ def _bound_name(site: CallSite) -> Optional[str]:
     return None
 
 
-def _averaged_before(element) -> bool:
+def _averaged_before(given) -> bool:
     """Does a callback that all-reduces the logs come before the element in fit's list?"""
-    _, found = element
-    if found is None:
-        return False
-    _, facts, node = found
-    for parent in ast.walk(facts.tree):
-        if isinstance(parent, ast.List) and any(e is node for e in parent.elts):
-            before: List[ast.expr] = parent.elts[: [id(e) for e in parent.elts].index(id(node))]
-            return any("all_reduce" in facts.segment(e) for e in before)
-    return False
+    _, facts, callbacks, element = given
+    before = callbacks.elts[: [id(e) for e in callbacks.elts].index(id(element))]
+    return any("all_reduce" in facts.segment(e) for e in before)

@@ -1033,9 +1033,13 @@ def _calls_with_a_batch_of_one(context, source: CallSite, size: Optional[ast.exp
         return []
     found = []
     for cell, facts, call in context.facts.calls(source.function):
-        if call.node.func.__class__ is not ast.Name:
+        if not isinstance(call.node.func, ast.Name):
             continue
-        given = call.argument(positional.index(size.id), size.id) if size.id in positional else call.argument(99, size.id)
+        if size.id in positional:
+            given = call.argument(positional.index(size.id), size.id)
+        else:  # keyword-only
+            keyword = call.keyword(size.id)
+            given = keyword.value if keyword is not None else None
         if int_literal(given) == 1:
             found.append((cell, facts, given))
     return found
