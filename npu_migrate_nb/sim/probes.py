@@ -789,6 +789,7 @@ class _LoopTracker:
         self._steps_at_last_end = 0
         self._uncounted_steps = 0  # steps seen by on_step that the counter does not count
         self._steps_recorded = 0  # steps up to the last end record
+        self._feed_recorded = False  # a TF1 loop's first fed batch: the first loop may read constants
 
     def forget(self):
         counter = self._step_counter
@@ -824,9 +825,10 @@ class _LoopTracker:
         self._uncounted_steps += 0 if counted else 1
         kept = None if callable(arrays) else arrays
         read = arrays if kept is None else lambda: kept
+        if not self._feed_recorded:
+            self._feed_recorded = _record_session_feed()
         if not self._started:
             self._started = True
-            _record_session_feed()
             record_weights("start", "optimizer step", [v.name for v in variables], read())
         elif self._steps == OBSERVED_STEPS:  # the last step a TF2 function lets the probe see
             record_weights("step1", "optimizer step", [v.name for v in variables], read())
@@ -967,18 +969,20 @@ def _wrap_session_run(original):
     return run
 
 
-def _record_session_feed() -> None:
-    """The first training step's fed arrays, as its input (in the order of the placeholders' names)."""
+def _record_session_feed() -> bool:
+    """The fed arrays of the step running now, as its input (in the order of the placeholders' names);
+    whether there were any."""
     feed = _session_feed
     if not feed:
-        return
+        return False
     try:
         arrays = [np.asarray(value) for _, value in sorted(feed.items(), key=lambda item: getattr(item[0], "name", ""))]
     except Exception:
-        return
+        return False
     arrays = [a for a in arrays if a.ndim > 0 and a.dtype != object]
     if arrays:
         record_input("session feed_dict", arrays)
+    return bool(arrays)
 
 
 def _wrap_dataset_iter(original):

@@ -9,7 +9,9 @@ after ``fix``, every cell runs and the three checks pass.
 * a TF1 session loop left by tf.distribute, reading its dataset through an iterator;
 * three rows written in the notebook (a global batch of 1);
 * EarlyStopping on each rank's own logs, a folder made on every rank, a model saved and read back in one cell;
-* one sample repeated (``from_tensors(...).repeat()``): nothing to shard or aggregate.
+* one sample repeated (``from_tensors(...).repeat()``): nothing to shard or aggregate;
+* a TF1 graph trained on constants first, then on batches fed through ``feed_dict`` (the probe
+  watched only the first loop's feed, so the fed batches were never seen).
 """
 
 import json
@@ -135,6 +137,37 @@ ONE_SAMPLE_REPEATED = [
 ]
 ONE_SAMPLE_CHECKS = {"broadcast": "pass", "allreduce": "not-applicable", "shard": "not-applicable"}
 
+# Udacity's deep-learning course (2_fullyconnected): full-batch gradient descent on tf.constant
+# arrays, then a second graph trained on minibatches fed through feed_dict.
+TF1_CONSTANTS_THEN_FEED = [
+    "import tensorflow.compat.v1 as tf\ntf.disable_v2_behavior()\n" + DATA,
+    "graph = tf.Graph()\n"
+    "with graph.as_default():\n"
+    "    features = tf.constant(x[:128])\n"
+    "    targets = tf.constant(y[:128])\n"
+    "    w = tf.Variable(tf.truncated_normal([4, 1]))\n"
+    "    loss = tf.reduce_mean(tf.square(tf.matmul(features, w) - targets))\n"
+    "    train_op = tf.train.GradientDescentOptimizer(0.05).minimize(loss)\n"
+    "with tf.Session(graph=graph) as session:\n"
+    "    tf.global_variables_initializer().run()\n"
+    "    for step in range(5):\n"
+    "        session.run(train_op)",
+    "batch_size = 32\n"
+    "graph = tf.Graph()\n"
+    "with graph.as_default():\n"
+    "    features = tf.placeholder(tf.float32, shape=(batch_size, 4))\n"
+    "    targets = tf.placeholder(tf.float32, shape=(batch_size, 1))\n"
+    "    w = tf.Variable(tf.truncated_normal([4, 1]))\n"
+    "    loss = tf.reduce_mean(tf.square(tf.matmul(features, w) - targets))\n"
+    "    train_op = tf.train.GradientDescentOptimizer(0.05).minimize(loss)\n"
+    "with tf.Session(graph=graph) as session:\n"
+    "    tf.global_variables_initializer().run()\n"
+    "    for step in range(10):\n"
+    "        offset = (step * batch_size) % (y.shape[0] - batch_size)\n"
+    "        feed_dict = {features: x[offset:offset + batch_size], targets: y[offset:offset + batch_size]}\n"
+    "        session.run(train_op, feed_dict=feed_dict)",
+]
+
 CASES = {
     "tf2 code with a compat.v1 part, saving on every rank": (MIXED_AND_SAVING, "tf2"),
     "a model built on its first call in a custom loop": (LAZY_CUSTOM_LOOP, "tf2"),
@@ -143,6 +176,7 @@ CASES = {
     "three rows written in the notebook, an estimator and keras": (THREE_ROWS, "tf2"),
     "early stopping on each rank's logs, a model saved and read back": (EARLY_STOPPING_AND_READ_BACK, "tf2"),
     "one sample repeated": (ONE_SAMPLE_REPEATED, "tf2"),
+    "a tf1 graph on constants, then batches fed": (TF1_CONSTANTS_THEN_FEED, "tf1"),
 }
 EXPECTED_AFTER_FIX = {"one sample repeated": ONE_SAMPLE_CHECKS}
 
