@@ -231,12 +231,13 @@ FAILURE_CLASSES: List[Tuple[str, str, Callable[[Run], bool]]] = [
     ("graph-state", "graph state shared across models in TF1 mode",
      lambda run: "You must feed a value for placeholder tensor" in run.error),
     ("broadcast-before-build", "the broadcast runs before the model has variables",
-     lambda run: "have not yet been created" in run.error or "no trainable variables" in run.details.get("broadcast", "")),
+     lambda run: "have not yet been created" in run.error
+     or (run.cells_ok and "no trainable variables" in run.details.get("broadcast", ""))),
     ("step-count", "ranks run different numbers of steps (one waits in a collective)",
      lambda run: "timed out" in run.error and "waits in" in run.error),
     ("file-clash", "every rank writes the same file",
      lambda run: bool(re.search(r"unable to lock file|Unable to (synchronously )?create file|File exists"
-                                r"|same file", run.error, re.IGNORECASE))),
+                                r"|same file|AlreadyExistsError|already exists", run.error, re.IGNORECASE))),
     ("stand-in", "the adapter's stand-ins lack an API or differ from it",
      lambda run: bool(re.search(r"(NameError|AttributeError|ImportError|TypeError).*(npu|hccl|NPU)", run.error))),
     ("fix-breaks-one-card", "the fixed notebook fails on one card too", Run.fails_on_one_card.fget),

@@ -408,6 +408,9 @@ _CANONICAL_PREFIXES = (
     ("hccl.manage.api.", "npu_bridge."),
 )
 
+# The TF2 adapter's documented alias: ``import npu_device as npu``.
+NPU_DEVICE_ALIAS = "npu"
+
 # Adapter names that user code often calls bare, after ``from npu_bridge.npu_init import *``.
 NPU_BRIDGE_NAMES = frozenset(
     {
@@ -492,6 +495,10 @@ class NotebookFacts:
             qualified = module + ("." + rest if rest else "")
         elif head in NPU_BRIDGE_NAMES:
             qualified = "npu_bridge." + dotted
+        elif head == NPU_DEVICE_ALIAS and rest:
+            # The adapter's own alias (``import npu_device as npu``), imported where the analysis
+            # cannot see it: still the adapter, or a fix would wrap its wrapper a second time.
+            qualified = "npu_device." + rest
         else:
             qualified = dotted
         resolved = canonical(qualified)

@@ -27,7 +27,8 @@ class Edit:
       ``remove``         the statement starting at ``start`` is removed (``code`` unused)
       ``remove_element`` the list element expression at [start, end) is removed
       ``unwrap``         the ``with`` statement starting at ``start`` gives way to its body (dedented)
-      ``guard``          the statement starting at ``start`` runs only when ``code`` (a condition) holds
+      ``guard``          the statement starting at ``start`` runs only when ``code`` (a condition) holds;
+                         so do the statements after it in its block that start before ``end``
     """
 
     cell: int

@@ -118,10 +118,19 @@ def unmask(code: str, masked: MaskedCell) -> str:
             continue
         found = _MASK_LINE.match(line)
         if found and int(found.group(1)) in masked.originals:
-            original = masked.originals[int(found.group(1))]
+            original = _indented_as(masked.originals[int(found.group(1))], line)
             ending = line[len(line.rstrip("\r\n")):]
             lines[i] = original if original.endswith(("\n", "\r")) or not ending else original + ending
     return "".join(lines)
+
+
+def _indented_as(original: str, placeholder: str) -> str:
+    """The original line at the placeholder's indentation: a fix that puts it in a block (``if`` a
+    rank test) indents the placeholder; otherwise the line comes back byte for byte."""
+    indent = _LEADING_SPACE.match(placeholder).group(0)
+    if _LEADING_SPACE.match(original).group(0) == indent:
+        return original
+    return indent + original.lstrip(" \t")
 
 
 def _mask_line(lines: list, number: int, originals: Dict[int, str]) -> None:

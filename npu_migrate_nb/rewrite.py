@@ -321,8 +321,14 @@ class _EditApplier(cst.CSTTransformer):
         orphaned_lines: List[cst.EmptyLine] = []  # comments above a removed statement
         statements = [part for line in body for part in self._split_at_edits(line)]
         starts_here = {self.statement_starts.get(id(stmt)) for stmt in statements}
+        guarded_through: Optional[Tuple[int, int]] = None  # a guard's end: the statements before it are in its if
+        guarded_at = 0  # where that if is in ``result``
         for stmt in statements:
             start = self.statement_starts.get(id(stmt))
+            if guarded_through is not None and start is not None and start < guarded_through:
+                result[guarded_at] = _guarded_too(result[guarded_at], stmt)
+                continue
+            guarded_through = None
             edits = self.statement_edits.get(start, []) if start is not None else []
             if not edits:
                 edits = self._edits_on_line(start, starts_here)
@@ -337,7 +343,9 @@ class _EditApplier(cst.CSTTransformer):
             elif any(e.kind == "unwrap" for e in edits) and isinstance(stmt, cst.With):
                 result.extend(_unwrapped(stmt))
             elif any(e.kind == "guard" for e in edits):
-                result.append(_guarded(stmt, next(e.code for e in edits if e.kind == "guard")))
+                guard = next(e for e in edits if e.kind == "guard")
+                guarded_at, guarded_through = len(result), guard.end
+                result.append(_guarded(stmt, guard.code))
             else:
                 result.append(stmt)
             result.extend(_statements(e.code) for e in edits if e.kind == "insert_after")
@@ -428,6 +436,14 @@ def _guarded(stmt: cst.CSTNode, condition: str) -> cst.If:
         body=cst.IndentedBlock([stmt.with_changes(leading_lines=[])]),
         leading_lines=stmt.leading_lines,
     )
+
+
+def _guarded_too(guarded: cst.If, stmt: cst.CSTNode) -> cst.If:
+    """``stmt`` appended to the body of the ``if`` a span guard made."""
+    blank_lines_unindented = [line.with_changes(indent=False) if line.comment is None else line
+                              for line in stmt.leading_lines]
+    stmt = stmt.with_changes(leading_lines=blank_lines_unindented)
+    return guarded.with_changes(body=guarded.body.with_changes(body=[*guarded.body.body, stmt]))
 
 
 def _statements(code: str) -> List[cst.CSTNode]:

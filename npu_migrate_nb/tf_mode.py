@@ -8,7 +8,8 @@ ranks run in (TF1: ``tf.compat.v1.disable_v2_behavior()`` and ``import tensorflo
 1. the notebook turns TensorFlow 2 behaviour off itself (``disable_v2_behavior``,
    ``disable_eager_execution``, the TF2 adapter's ``npu.compat.enable_v1()``): TF1;
 2. it turns eager execution on itself (``enable_eager_execution``): TF2 behaviour;
-3. it imports the TF2 adapter (``npu_device``, as the vendor's TF2 tool leaves scripts): TF2;
+3. it imports the TF2 adapter (``npu_device``, as the vendor's TF2 tool leaves scripts), or calls it
+   by its alias ``npu`` imported out of sight: TF2;
 4. it calls, through ``import tensorflow``, a name that exists only in TensorFlow 1 (``tf.Session``,
    ``tf.placeholder``, ``tf.train.AdamOptimizer``, ``tf.layers``, ``tf.contrib``): TF1;
 5. it imports TensorFlow only as ``tensorflow.compat.v1`` and calls TF1's API with it (sessions,
@@ -104,8 +105,14 @@ def _imports_the_tf2_adapter(facts: NotebookFacts) -> bool:
     """``import npu_device`` (its ``compat.v1`` copy of the TF1 adapter does not count: TF2 code with a
     TF1 part imports it; the notebook's own modules do not decide)."""
     own = {index for index, _ in facts.notebook_cells}
-    return any(fact.module.split(".")[0] == "npu_device" and not fact.module.startswith("npu_device.compat")
-               for index, cell_facts in facts.cells if index in own for fact in cell_facts.imports)
+    if any(fact.module.split(".")[0] == "npu_device" and not fact.module.startswith("npu_device.compat")
+           for index, cell_facts in facts.cells if index in own for fact in cell_facts.imports):
+        return True
+    # ``npu.distribute...`` with the adapter's alias imported out of sight: setup's fix imports it,
+    # and the mode must not change between that fix and the next analysis.
+    return facts.alias_for("npu_device") is None and "npu" not in facts.aliases and any(
+        site.dotted.startswith("npu.") and not site.dotted.startswith("npu.compat.")
+        for index, _, site in facts.all_calls(mentioning="npu") if index in own and site.dotted)
 
 
 def _callee(site: CallSite) -> str:

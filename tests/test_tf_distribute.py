@@ -176,7 +176,9 @@ def test_horovod_op_sum_is_kept_by_the_tape_all_reduce():
     assert "hvd" not in source
 
 
-def test_horovod_average_stays_a_mean_even_with_a_loss_divided_by_the_global_batch():
+def test_a_loss_divided_by_the_global_batch_is_summed_even_where_horovod_averaged_and_the_fix_is_stable():
+    # Horovod's average of a loss over the global batch was 1/N of the single-card gradient: the loss
+    # decides ("sum"), the message says Horovod averaged, and a second check agrees with the fix.
     text = (
         "import tensorflow as tf\nimport horovod.tensorflow as hvd\n"
         "with tf.GradientTape() as tape:\n"
@@ -185,8 +187,9 @@ def test_horovod_average_stays_a_mean_even_with_a_loss_divided_by_the_global_bat
         "grads = tape.gradient(loss, model.trainable_variables)\n"
     )
     analysis, source = fixed(text)
-    assert 'all_reduce(grads, reduction="mean")' in source
+    assert 'all_reduce(grads, reduction="sum")' in source
     assert any("averaged" in f.message for f in analysis.findings if f.code == "missing-allreduce")
+    assert "reduction-mismatch" not in [f.code for f in analyze(notebook_from(source)).findings]
 
 
 def test_a_per_rank_mean_loss_with_horovod_sum_stays_a_sum_when_fixed_twice():

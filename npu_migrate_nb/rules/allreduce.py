@@ -9,10 +9,11 @@ from .. import knowledge as K
 from ..facts import CallSite, CellFacts, dotted_name
 from ..findings import NEEDS_NPU_BRIDGE, NEEDS_NPU_DEVICE, Edit, Finding
 from ..analysis import is_distributed_argument
-from .base import Example, Rule, add_argument, insert_after, keras_prefix, replace, single_target, wrap
+from .base import Example, Rule, add_argument, insert_after, keras_prefix, replace, replace_with, single_target, wrap
 from .not_data_parallel import trained_agents
 from .keras_defaults import KERAS_DEFAULT_OPTIMIZER, default_optimizer_argument
-from .reduction import reduction_for
+from .reduction import SUM, reduction_for
+from .reduction_mismatch import wrapper_reduction_for
 
 TF1_WRAPPER = "npu_distributed_optimizer_wrapper"
 BOOSTED_TREES_REASON = (
@@ -591,15 +592,17 @@ class MissingAllreduce(Rule):
                 return self.finding(cell, facts, optimizer, message + f" (unknown optimizer {optimizer.value!r})")
             code = f"{wrapper}({keras_prefix(context)}.optimizers.{class_name}())"
             return self.finding(cell, facts, optimizer, message, [replace(cell, facts, optimizer, code, [needs])])
+        extra = _reduce_reduction_argument(context, optimizer)
         if isinstance(optimizer, ast.Name):
             creation = _creation_of(context, optimizer.id, site, cell)
             if creation is not None and not _ran_already(context, creation[0], cell):
                 c_cell, c_facts, c_site = creation
                 return self.finding(
                     c_cell, c_facts, c_site.node, message,
-                    [_wrap_creation(c_cell, c_facts, c_site, wrapper, needs)],
+                    [_wrap_creation(c_cell, c_facts, c_site, wrapper, needs, extra)],
                 )
-        return self.finding(cell, facts, optimizer, message, [wrap(cell, facts, optimizer, wrapper, [needs])])
+        edit = replace_with(cell, facts, optimizer, wrapper + "({node}" + extra + ")", [needs], node=optimizer)
+        return self.finding(cell, facts, optimizer, message, [edit])
 
     # -- TF2 custom loops: all-reduce right after tape.gradient
     def _all_reduce_gradients(self, context) -> Iterator[Finding]:
@@ -759,12 +762,20 @@ def _ran_already(context, creation_cell: int, use_cell: int) -> bool:
     return context.options.current_cell == use_cell and creation_cell != use_cell
 
 
-def _wrap_creation(cell: int, facts: CellFacts, site: CallSite, wrapper: str, needs: str) -> Edit:
+def _wrap_creation(cell: int, facts: CellFacts, site: CallSite, wrapper: str, needs: str, extra: str = "") -> Edit:
     """The seed's shape: ``opt = Opt(...)`` gets ``opt = wrapper(opt)`` after it; otherwise wrap inline."""
     target = single_target(site.stmt)
     if target is not None and site.stmt.value is site.node:
-        return insert_after(cell, facts, site.stmt, f"{target} = {wrapper}({target})", [needs])
-    return wrap(cell, facts, site.node, wrapper, [needs])
+        return insert_after(cell, facts, site.stmt, f"{target} = {wrapper}({target}{extra})", [needs])
+    return replace_with(cell, facts, site.node, wrapper + "({node}" + extra + ")", [needs], node=site.node)
+
+
+def _reduce_reduction_argument(context, optimizer: ast.expr) -> str:
+    """The TF2 wrapper averages by default; an optimizer a custom loop also applies gradients with
+    keeps the reduction that loop's loss needs, as reduction-mismatch would ask of it."""
+    if context.tf1 or not isinstance(optimizer, ast.Name):
+        return ""
+    return ', reduce_reduction="sum"' if wrapper_reduction_for(context, {optimizer.id}) == SUM else ""
 
 
 def some_compile_unwrapped(context) -> bool:

@@ -12,6 +12,7 @@ import ast
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Iterable, List, Optional, Sequence
 
+from .. import ipython_syntax
 from ..facts import CellFacts, dotted_name, mentions
 from ..findings import Edit, Finding
 
@@ -104,7 +105,9 @@ def fix_text(facts: CellFacts, edits: Sequence[Edit]) -> str:
         changed_in_place = [edit for edit in mine if edit in in_place]
         guards = [edit.code for edit in mine if edit.kind == "guard"]
         if guards:
-            body = _rendered(facts, stmt, changed_in_place) if changed_in_place else _statement_text(facts, stmt)
+            through = max(edit.end[0] for edit in mine if edit.kind == "guard")  # a span guard's last line
+            body = (_rendered(facts, stmt, changed_in_place) if changed_in_place
+                    else _statement_text(facts, stmt, through))
             parts.append(f"if {guards[0]}:\n" + "\n".join("    " + line for line in body.split("\n")))
         elif changed_in_place:
             parts.append(_rendered(facts, stmt, changed_in_place))
@@ -112,8 +115,11 @@ def fix_text(facts: CellFacts, edits: Sequence[Edit]) -> str:
     return "\n".join(part for part in parts if part)
 
 
-def _statement_text(facts: CellFacts, stmt: ast.stmt) -> str:
-    lines = [line.rstrip("\r\n") for line in facts.lines[stmt.lineno - 1:stmt.end_lineno]]
+def _statement_text(facts: CellFacts, stmt: ast.stmt, through: int = 0) -> str:
+    """The statement's text (through line ``through`` when later), dedented, IPython lines as written."""
+    text = ipython_syntax.unmask("".join(facts.lines[stmt.lineno - 1:max(stmt.end_lineno, through)]), facts.masked)
+    lines = text.rstrip("\r\n").split("\n")
+    lines = [line.rstrip("\r") for line in lines]
     indent = len(lines[0]) - len(lines[0].lstrip())
     return "\n".join(line[indent:] if line[:indent].isspace() else line for line in lines)
 
@@ -218,6 +224,12 @@ def insert_before(cell: int, facts: CellFacts, stmt: ast.stmt, code: str, needs:
 def guard(cell: int, facts: CellFacts, stmt: ast.stmt, condition: str, needs: Iterable[str] = ()) -> Edit:
     """``stmt`` runs only when ``condition`` holds (``if condition:`` around it)."""
     return Edit(cell, "guard", facts.start(stmt), facts.end(stmt), condition, frozenset(needs))
+
+
+def guard_span(cell: int, facts: CellFacts, first: ast.stmt, last: ast.stmt, condition: str,
+               needs: Iterable[str] = ()) -> Edit:
+    """``first`` and the statements after it in its block, through ``last``, run only when ``condition`` holds."""
+    return Edit(cell, "guard", facts.start(first), facts.end(last), condition, frozenset(needs))
 
 
 def remove_statement(cell: int, facts: CellFacts, stmt: ast.stmt) -> Edit:

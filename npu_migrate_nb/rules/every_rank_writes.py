@@ -15,7 +15,7 @@ from typing import Iterable, Iterator, Optional
 
 from ..facts import CallSite, CellFacts, dotted_name, mentions, receiver_name
 from ..findings import NEEDS_OS, Finding
-from .base import Example, Rule, guard, rank_test_around, replace, replace_with
+from .base import Example, Rule, guard, guard_span, rank_test_around, replace, replace_with
 
 RANK_ZERO = "int(os.getenv('RANK_ID', '0')) == 0"
 # Functions that write a model (canonical names), and what they are called in the message.
@@ -27,6 +27,9 @@ _CHECKPOINT_MAKERS = frozenset({"tensorflow.train.Checkpoint", "tensorflow.train
                                 "tensorflow.train.Saver", "tensorflow.saved_model.Builder",
                                 "tensorflow.saved_model.builder.SavedModelBuilder"})
 _CHECKPOINT_METHODS = ("save", "write")
+# An Estimator's export: a folder named by the second under the base, which the second rank to export in
+# that second finds there (AlreadyExistsError: file already exists).
+_EXPORT_METHODS = ("export_saved_model", "export_savedmodel")
 _CALLBACKS = {
     "tensorflow.keras.callbacks.ModelCheckpoint": ("filepath", 0),
     "tensorflow.keras.callbacks.BackupAndRestore": ("backup_dir", 0),
@@ -46,6 +49,7 @@ _PER_RANK_FILE = (
 )
 # Where each save method takes its path (position, keyword).
 _SAVE_PATHS = {"save": (0, "filepath"), "save_weights": (0, "filepath"), "write": (0, "file_prefix"),
+               "export_saved_model": (0, "export_dir_base"), "export_savedmodel": (0, "export_dir_base"),
                "tensorflow.saved_model.save": (1, "export_dir"), "tensorflow.keras.models.save_model": (1, "filepath")}
 # Calls that read back what a save wrote, with the position of their path.
 _READS = {"tensorflow.keras.models.load_model": 0, "tensorflow.saved_model.load": 0, "load_weights": 0}
@@ -158,6 +162,22 @@ class EveryRankWrites(Rule):
             "    if int(os.getenv('RANK_ID', '0')) == 0:\n"
             "        tf1.saved_model.simple_save(sess, 'simple-save', inputs={'input': x}, outputs={'output': y})\n",
         ),
+        # The same guide exports an Estimator (a folder named by the second: the second rank to export in that
+        # second raised AlreadyExistsError) and moves the export: rank 0 exports, with what uses the export.
+        Example(
+            "import tensorflow as tf\nest = tf.estimator.Estimator(model_fn, 'ckpt')\nest.train(input_fn)\n# %%\n"
+            "path = est.export_saved_model('exported', serving_input_fn)\n\n# a folder of its own\n"
+            "!rm -rf estimator-model\nimport shutil\nshutil.move(path, 'estimator-model')\nprint('exported')\n",
+            "import tensorflow as tf\nimport os\nest = tf.estimator.Estimator(model_fn, 'ckpt')\nest.train(input_fn)\n# %%\n"
+            "if int(os.getenv('RANK_ID', '0')) == 0:\n"
+            "    path = est.export_saved_model('exported', serving_input_fn)\n\n    # a folder of its own\n"
+            "    !rm -rf estimator-model\n    import shutil\n    shutil.move(path, 'estimator-model')\nprint('exported')\n",
+        ),
+        # What the export returns is read in a later cell, where the other ranks would not have it: said, not fixed.
+        Example(
+            "import tensorflow as tf\nest = tf.estimator.Estimator(model_fn, 'ckpt')\nest.train(input_fn)\n# %%\n"
+            "path = est.export_saved_model('exported', serving_input_fn)\n# %%\nprint(path)\n",
+        ),
     ]
 
     def check(self, context) -> Iterable[Finding]:
@@ -185,7 +205,8 @@ class EveryRankWrites(Rule):
             )
 
     def _saves(self, context) -> Iterator[Finding]:
-        for cell, facts, site in context.facts.calls(*_MODEL_METHODS, *_CHECKPOINT_METHODS, "simple_save"):
+        for cell, facts, site in context.facts.calls(*_MODEL_METHODS, *_CHECKPOINT_METHODS, *_EXPORT_METHODS,
+                                                     "simple_save"):
             what = _writer(context, site)
             if what is None or _on_one_rank(facts, site.stmt):
                 continue
@@ -213,8 +234,11 @@ class EveryRankWrites(Rule):
             message = (f"every rank runs this {what} and writes the same file: on one server the ranks share its "
                        "disk and race on its files; write it on rank 0 only")
             standalone = isinstance(site.stmt, ast.Expr) and site.stmt.value is site.node
-            edits = [guard(cell, facts, site.stmt, RANK_ZERO, [NEEDS_OS])] if standalone else []
-            yield self.finding(cell, facts, site.node, message, edits)
+            edit = guard(cell, facts, site.stmt, RANK_ZERO, [NEEDS_OS]) if standalone else \
+                _guard_with_uses(context, cell, facts, site.stmt)
+            if edit is not None and not standalone:
+                message += ", with the statements after it that use what it returns"
+            yield self.finding(cell, facts, site.node, message, [edit] if edit is not None else [])
 
     def _callbacks(self, context) -> Iterator[Finding]:
         for cell, facts, site in context.facts.calls_to(*_CALLBACKS):
@@ -235,6 +259,48 @@ class EveryRankWrites(Rule):
             yield self.finding(cell, facts, path, message, edits)
 
 
+def _guard_with_uses(context, cell: int, facts: CellFacts, stmt: ast.stmt):
+    """A rank-0 guard around ``stmt`` (which binds what a save returns) and the statements after it in
+    its block, through the last one that reads a name bound there (Estimator's export path, moved to
+    a folder of its own); None when the statement binds nothing or a name bound there is read later,
+    where the other ranks would not have it."""
+    block = _block_of(facts.tree, stmt)
+    if block is None or not _bound_names(stmt):
+        return None
+    first = next(i for i, s in enumerate(block) if s is stmt)
+    last, bound = first, set(_bound_names(stmt))
+    for index in range(first + 1, len(block)):
+        if _read_names(block[index]) & bound:
+            for between in block[last + 1:index + 1]:
+                bound |= _bound_names(between)
+            last = index
+    end = block[last].end_lineno
+    later_in_cell = {node.id for node in ast.walk(facts.tree) if isinstance(node, ast.Name)
+                     and isinstance(node.ctx, ast.Load) and node.lineno > end}
+    if bound & later_in_cell or any(index > cell for name in bound for index, _ in context.facts.cells_mentioning(name)):
+        return None
+    return guard_span(cell, facts, stmt, block[last], RANK_ZERO, [NEEDS_OS])
+
+
+def _block_of(tree: ast.AST, stmt: ast.stmt) -> Optional[list]:
+    """The statement list that holds ``stmt``."""
+    for node in ast.walk(tree):
+        for name in ("body", "orelse", "finalbody"):
+            block = getattr(node, name, None)
+            if isinstance(block, list) and any(item is stmt for item in block):
+                return block
+    return None
+
+
+def _bound_names(stmt: ast.stmt) -> set:
+    """The names a statement binds with an assignment (imports bind the same module on every rank)."""
+    return {node.id for node in ast.walk(stmt) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)}
+
+
+def _read_names(stmt: ast.stmt) -> set:
+    return {node.id for node in ast.walk(stmt) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
+
+
 def _writer(context, site: CallSite) -> Optional[str]:
     """What ``site`` writes with ("tf.saved_model.save", "model.save_weights"), or None when it is
     not known to write a file (``list.save``...)."""
@@ -244,6 +310,8 @@ def _writer(context, site: CallSite) -> Optional[str]:
     receiver = receiver_name(site)
     if receiver is None or resolved.startswith("tensorflow."):
         return None
+    if site.method in _EXPORT_METHODS:
+        return site.dotted
     made_with = _made_with(context, receiver)
     if site.method in _CHECKPOINT_METHODS and made_with in _CHECKPOINT_MAKERS:
         return site.dotted

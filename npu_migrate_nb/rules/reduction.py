@@ -23,11 +23,16 @@ def reduction_for(context: "Context", facts: CellFacts, gradient: CallSite) -> T
     """(reduction, reason) for the gradients of ``tape.gradient(loss, ...)``."""
     if context.options.reduction is not None:
         return context.options.reduction, f"{context.options.reduction} was chosen with --reduction"
+    # The loss first: it is what says the single-card math, and once the fix has removed Horovod's
+    # tape only the loss is left, so a second analysis must come to the same reduction.
     horovod = _horovod_tape_reduction(context)
-    if horovod is not None:
-        return horovod
-    return reduction_from_the_loss(context, facts, gradient) or (
-        MEAN, "the loss is a per-rank mean (no division by the global batch size was found)")
+    from_the_loss = reduction_from_the_loss(context, facts, gradient)
+    if from_the_loss is not None:
+        if horovod is not None and horovod[0] != from_the_loss[0]:
+            return from_the_loss[0], (f"{from_the_loss[1]}; {horovod[1]}, which changed the single-card math "
+                                      "(a learning rate scaled for it needs scaling back)")
+        return from_the_loss
+    return horovod or (MEAN, "the loss is a per-rank mean (no division by the global batch size was found)")
 
 
 def reduction_from_the_loss(context: "Context", facts: CellFacts, gradient: CallSite) -> Optional[Tuple[str, str]]:
@@ -43,8 +48,8 @@ def reduction_from_the_loss(context: "Context", facts: CellFacts, gradient: Call
 
 
 def _horovod_tape_reduction(context: "Context") -> Optional[Tuple[str, str]]:
-    """Horovod says how it reduces (``op=hvd.Sum``, else an average): the all-reduce that replaces
-    its DistributedGradientTape keeps that, whatever the loss."""
+    """Horovod says how it reduces (``op=hvd.Sum``, else an average): when the loss does not say, the
+    all-reduce that replaces its DistributedGradientTape keeps that."""
     from .horovod_leftover import sums
 
     for _, facts, site in context.facts.calls("DistributedGradientTape"):

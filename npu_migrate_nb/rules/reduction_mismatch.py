@@ -161,6 +161,14 @@ def _names_of_wrapped(site: CallSite) -> set:
     return names
 
 
+def wrapper_reduction_for(context, names: set) -> Optional[str]:
+    """The reduction a wrapper of the optimizer these names hold needs, when a custom loop applies
+    gradients with it (the loss decides, as for all_reduce); None when none does."""
+    for g_facts, gradient in _gradients_applied_by(context, names):
+        return reduction_for(context, g_facts, gradient)[0]
+    return None
+
+
 def _gradients_applied_by(context, names: set) -> Iterator:
     """(facts, tape.gradient call) for each ``<name>.apply_gradients(zip(grads, ...))`` of these names."""
     for _, facts, apply in context.facts.calls("apply_gradients"):
