@@ -271,14 +271,35 @@ class Record:
     def runnable(self) -> bool:
         """Selected, and the notebook as it is does not fail on one card (a fixed notebook that fails
         there is a failure of the fix: it stays in the set)."""
-        if not self.selection.runnable:
+        if not self.selection.runnable or self.nothing_to_prove:
             return False
         return not (self.unfixed is not None and self.unfixed.fails_on_one_card)
+
+    @property
+    def nothing_to_prove(self) -> str:
+        """Why the fixed run, which ran every cell, has no step to prove: none applies (no data read
+        to split, no gradient step), and no trainable variable exists to broadcast. The run says so
+        itself; such a notebook (a guide saving a constant model, one showing an optimizer's update
+        by hand) is neither a pass nor a failure."""
+        run = self.fixed
+        if run is None or not run.cells_ok:
+            return ""
+        if any(run.checks.get(name) != "not-applicable" for name in ("allreduce", "shard")):
+            return ""
+        broadcast = run.checks.get("broadcast")
+        if broadcast == "not-applicable":
+            return f"nothing to prove: every step is not applicable, fixed and run ({_short(run)})"
+        if broadcast == "not-observed" and "no trainable variables" in run.details.get("broadcast", ""):
+            return ("nothing to prove: no data to split, no gradients to aggregate, and the run found no "
+                    f"trainable variables to broadcast ({_short(run)}: {run.details['broadcast'][:100]})")
+        return ""
 
     @property
     def left_out_reason(self) -> str:
         if not self.selection.runnable:
             return self.selection.reason
+        if self.nothing_to_prove:
+            return self.nothing_to_prove
         if self.unfixed is not None and self.unfixed.fails_on_one_card:
             return f"{self.unfixed.one_card['detail']} (cell {self.unfixed.failed_cell})"
         return ""

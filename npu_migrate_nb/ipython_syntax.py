@@ -37,6 +37,9 @@ class MaskedCell:
     code: Optional[str]  # Python code to analyze; None when the cell is not Python at all
     originals: Dict[int, str] = field(default_factory=dict)  # placeholder number -> original line
     cell_magic: Optional[str] = None  # e.g. "time" for a ``%%time`` cell
+    # placeholder number -> its indentation when masked, where it differs from the original line's
+    # (a shell command's continuation lines are masked at the indentation of its first line)
+    indents: Dict[int, str] = field(default_factory=dict)
 
     @property
     def is_python(self) -> bool:
@@ -56,10 +59,22 @@ def mask(source: str) -> MaskedCell:
         if cell_magic not in PYTHON_CELL_MAGICS:
             return MaskedCell(None, cell_magic=cell_magic)
         _mask_line(lines, first, originals)
+    indents: Dict[int, str] = {}
     for number in _ipython_line_numbers(lines):
         if not _keep_magic_code(lines, number, originals):
             _mask_line(lines, number, originals)
-    return MaskedCell("".join(lines), originals, cell_magic)
+            _mask_continuation(lines, number, originals, indents)
+    return MaskedCell("".join(lines), originals, cell_magic, indents)
+
+
+def _mask_continuation(lines: list, number: int, originals: Dict[int, str], indents: Dict[int, str]) -> None:
+    """``!saved_model_cli run --dir d \\`` goes on on the next lines, as IPython reads it: they are
+    masked too, at the first line's indentation (their own would not parse)."""
+    indent = _LEADING_SPACE.match(originals[number]).group(0)
+    while originals[number].rstrip("\r\n").endswith("\\") and number + 1 < len(lines) and number + 1 not in originals:
+        number += 1
+        _mask_line(lines, number, originals, indent)
+        indents[number] = indent
 
 
 def _keep_magic_code(lines: list, number: int, originals: Dict[int, str]) -> bool:
@@ -118,26 +133,32 @@ def unmask(code: str, masked: MaskedCell) -> str:
             continue
         found = _MASK_LINE.match(line)
         if found and int(found.group(1)) in masked.originals:
-            original = _indented_as(masked.originals[int(found.group(1))], line)
+            number = int(found.group(1))
+            original = _indented_as(masked.originals[number], line, masked.indents.get(number))
             ending = line[len(line.rstrip("\r\n")):]
             lines[i] = original if original.endswith(("\n", "\r")) or not ending else original + ending
     return "".join(lines)
 
 
-def _indented_as(original: str, placeholder: str) -> str:
+def _indented_as(original: str, placeholder: str, masked_at: Optional[str] = None) -> str:
     """The original line at the placeholder's indentation: a fix that puts it in a block (``if`` a
-    rank test) indents the placeholder; otherwise the line comes back byte for byte."""
+    rank test) indents the placeholder, and the line moves in as far; otherwise the line comes back
+    byte for byte."""
     indent = _LEADING_SPACE.match(placeholder).group(0)
-    if _LEADING_SPACE.match(original).group(0) == indent:
+    own = _LEADING_SPACE.match(original).group(0)
+    masked_at = own if masked_at is None else masked_at
+    if indent == masked_at:
         return original
+    if indent.startswith(masked_at):
+        return indent[len(masked_at):] + original
     return indent + original.lstrip(" \t")
 
 
-def _mask_line(lines: list, number: int, originals: Dict[int, str]) -> None:
+def _mask_line(lines: list, number: int, originals: Dict[int, str], indent: Optional[str] = None) -> None:
     line = lines[number]
     body = line.rstrip("\r\n")
     ending = line[len(body):]
-    indent = _LEADING_SPACE.match(body).group(0)
+    indent = _LEADING_SPACE.match(body).group(0) if indent is None else indent
     originals[number] = line
     lines[number] = indent + _MASK_TEMPLATE.format(number=number) + ending
 

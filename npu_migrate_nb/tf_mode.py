@@ -17,7 +17,7 @@ ranks run in (TF1: ``tf.compat.v1.disable_v2_behavior()`` and ``import tensorflo
    plain ``import tensorflow``, as TensorFlow's migration guides write, it is a compat.v1 part);
 6. it imports the TF1 adapter (``npu_bridge``, as the vendor's tool leaves TF1 scripts), or calls
    its API bare, and does not import the TF2 one: TF1;
-7. it trains only Estimators, with no eager-only code (``.numpy()``): TF1, where Ascend runs
+7. it trains only Estimators, with no TF2-only code (``.numpy()``, ``tf.saved_model.load(path)``): TF1, where Ascend runs
    Estimators (the TF1 adapter's NPUEstimator and hooks, on TensorFlow 1.15);
 8. otherwise TF2; a ``tf.compat.v1`` part (an Estimator, a ``tf.compat.v1.Session`` under
    ``tf.Graph().as_default()``) runs in graph mode inside it, as TensorFlow 2 runs it.
@@ -79,11 +79,11 @@ def tensorflow_mode(facts: NotebookFacts, frameworks=()) -> Mode:
             cell, site = found
             return Mode(TF1, f"it calls the TF1 adapter's {site.dotted} (cell {cell})", cell)
     if list(frameworks) == ["estimator"]:
-        eager = _first(facts, facts.calls("numpy"))
+        eager = _first(facts, _tf2_only_code(facts))
         if eager is None:
             return Mode(TF1, "it trains only Estimators, which Ascend runs with the TF1 adapter (TensorFlow 1.15)")
         cell, site = eager
-        return Mode(TF2, f"it trains Estimators and has eager-only code ({_callee(site)}(), cell {cell})", cell)
+        return Mode(TF2, f"it trains Estimators and has TF2-only code ({_callee(site)}(), cell {cell})", cell)
     found = _first(facts, _compat_v1_calls(facts))
     if found:
         cell, site = found
@@ -148,6 +148,15 @@ def _tf1_calls_of_a_v1_only_notebook(facts: NotebookFacts):
     methods = {name.rsplit(".", 1)[-1] for name in K.TF1_ONLY_CALLS}
     for cell, cell_facts, site in facts.calls(*methods):
         if _written(facts, site).startswith("tensorflow.compat.v1.") and facts.resolve(site.dotted) in K.TF1_ONLY_CALLS:
+            yield cell, cell_facts, site
+
+
+def _tf2_only_code(facts: NotebookFacts):
+    """Calls TensorFlow 1.15 cannot run: ``.numpy()`` (eager), and TF2's ``tf.saved_model.load(path)``
+    (TF1's takes a session, the tags and the path)."""
+    yield from facts.calls("numpy")
+    for cell, cell_facts, site in facts.calls("load"):
+        if _written(facts, site) == "tensorflow.saved_model.load" and len(site.node.args) == 1:
             yield cell, cell_facts, site
 
 

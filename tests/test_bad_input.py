@@ -124,6 +124,14 @@ def test_non_python_cell_magics_are_skipped_and_python_ones_analyzed(capsys, wri
     assert {(f["cell"], f["code"]) for f in report["findings"]} >= {(2, "missing-shard")}
 
 
+def test_a_shell_command_continued_with_a_backslash_is_ipython_not_a_syntax_error(capsys, write_notebook):
+    # TensorFlow's SavedModel guide: ``!saved_model_cli run ... \`` with its options on the next line.
+    command = "!saved_model_cli run --dir saved-model --tag_set serve \\\n --signature_def serving_default\n"
+    path = write_notebook([("code", "import tensorflow as tf\n"), ("code", command + "x = 1\n")])
+    code, out, _ = run(["check", str(path), "--format", "json"], capsys)
+    assert json.loads(out)["errors"] == []
+
+
 def test_old_notebook_format_is_upgraded(tmp_path, capsys):
     v3 = {
         "nbformat": 3, "nbformat_minor": 0, "metadata": {"name": "old"},

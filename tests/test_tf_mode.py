@@ -36,7 +36,12 @@ CASES = [
      "est.train(input_fn, steps=10)\n", "tf1", ["only Estimators"]),
     ("import tensorflow as tf\nprint(next(iter(ds))[0].numpy())\n"
      "est = tf.estimator.DNNClassifier(hidden_units=[8], feature_columns=cols)\nest.train(input_fn, steps=10)\n",
-     "tf2", ["eager-only code", "numpy"]),
+     "tf2", ["TF2-only code", "numpy"]),
+    # TF2's tf.saved_model.load(path) (TF1's takes a session, tags and path): TensorFlow's migration guide.
+    ("import tensorflow as tf\nest = tf.estimator.Estimator(model_fn)\nest.train(input_fn, steps=1)\n"
+     "loaded = tf.saved_model.load('exported')\n", "tf2", ["TF2-only code", "saved_model.load"]),
+    ("import tensorflow as tf\nest = tf.estimator.Estimator(model_fn)\nest.train(input_fn, steps=1)\n"
+     "with tf.Session() as sess:\n    tf.saved_model.load(sess, ['serve'], 'exported')\n", "tf1", []),
     # The vendor's TF2 tool leaves npu_device imported: TF2, whatever else the code says.
     ("import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\nopt = tf.train.AdamOptimizer()\n",
      "tf2", ["imports the TF2 adapter"]),

@@ -225,11 +225,16 @@ class NotDataParallel(Rule):
         environment = environment_step(context)
         if environment is not None:
             context.mark("shard", "not-applicable", _environment_reason(environment))
-        elif data_free_steps(context):
+        else:
+            steps = data_free_steps(context)
+            if not steps:
+                return
             context.mark("shard", "not-applicable", NO_DATA_REASON)
             context.mark("allreduce", "not-applicable", NO_DATA_ALLREDUCE_REASON)
             if variables_start_from_constants(context):
                 context.mark("broadcast", "not-applicable", CONSTANT_START_REASON)
+            elif _updates_only_constant_started(context, steps):
+                context.mark("broadcast", "not-applicable", CONSTANT_SOURCES_REASON)
 
     def _prepare_agents(self, context) -> None:
         agents = trained_agents(context.facts)
@@ -496,8 +501,16 @@ CONSTANT_START_REASON = (
     "model or layer makes weights of its own: every rank starts from the same values, so there is nothing "
     "to broadcast"
 )
+CONSTANT_SOURCES_REASON = (
+    "every variable the training steps differentiate starts from a constant wherever a step is given it "
+    "(tf.Variable(2.)): every rank starts from the same values, so there is nothing to broadcast"
+)
 _CONSTANT_MAKERS = ("tensorflow.zeros", "tensorflow.ones", "tensorflow.zeros_like", "tensorflow.ones_like",
                     "tensorflow.constant", "tensorflow.fill")
+
+
+_WEIGHTLESS_KERAS = tuple(f"{keras}.{part}." for keras in ("tensorflow.keras", "keras")
+                          for part in ("optimizers", "losses", "metrics"))
 
 
 def variables_start_from_constants(context) -> bool:
@@ -505,6 +518,8 @@ def variables_start_from_constants(context) -> bool:
     default is one and which no call gives; no Keras model, layer or loaded model makes weights."""
     for _, _, site in context.facts.all_calls():
         name = context.facts.resolve(site.dotted)
+        if name.startswith(_WEIGHTLESS_KERAS):
+            continue  # an optimizer's slots and a metric's totals start at zero on every rank
         if name.startswith(("tensorflow.keras.", "keras.", "tensorflow.saved_model.", "tensorflow_hub.")):
             return False
     made = list(context.facts.calls_to("tensorflow.Variable"))
@@ -550,11 +565,48 @@ def data_free_steps(context) -> Optional[List[GradientStep]]:
         if site.receiver is None or len(site.node.args) + len(site.node.keywords) < 2:
             continue
         function = facts.functions.get(site.function) if site.function else None
-        tapes = [node for node in ast.walk(function) if _is_tape_block(context, node)] if function else []
-        if not tapes or not all(_tape_reads_no_data(context, tape) for tape in tapes):
+        tapes = _tapes_of(context, facts, site, function)
+        if not tapes or not all(_tape_reads_no_data(context, tape, _Scope(cell, facts, function)) for tape in tapes):
             return None
         steps.append(GradientStep(cell, facts, site, []))
     return steps or None
+
+
+@dataclass
+class _Scope:
+    """Where a tape is: its cell, and the function it is in (None: the cell's top level)."""
+    cell: int
+    facts: CellFacts
+    function: Optional[ast.AST]
+
+
+def _tapes_of(context, facts: CellFacts, site: CallSite, function: Optional[ast.AST]) -> List[ast.With]:
+    """The tape blocks whose gradient ``site`` takes: those of its function, or at a cell's top level,
+    the top-level ``with tf.GradientTape() as <receiver>`` before it (TensorFlow's guides take a
+    gradient in a cell of its own)."""
+    if function is not None:
+        return [node for node in ast.walk(function) if _is_tape_block(context, node)]
+    if facts.tree is None or site.function is not None:
+        return []
+    receiver = receiver_name(site)
+    return [stmt for stmt in facts.tree.body if _is_tape_block(context, stmt) and stmt.lineno < site.node.lineno
+            and any(isinstance(item.optional_vars, ast.Name) and item.optional_vars.id == receiver for item in stmt.items)]
+
+
+def _updates_only_constant_started(context, steps: List[GradientStep]) -> bool:
+    """Does every step differentiate only variables made from constants (``tape.gradient(L, [w])``
+    with ``w = tf.Variable(2.)`` wherever the step is given it)? A layer the notebook makes only to
+    time it is not trained: its weights need no broadcast."""
+    for step in steps:
+        sources = step.site.argument(1, "sources")
+        names = sources.elts if isinstance(sources, (ast.List, ast.Tuple)) else [sources]
+        function = step.facts.functions.get(step.site.function) if step.site.function else None
+        scope = _Scope(step.cell, step.facts, function)
+        if not names or not all(isinstance(name, ast.Name) and
+                                _made_from_constants_here(context, name.id, step.site.node.lineno, scope)
+                                for name in names):
+            return False
+    return True
 
 
 def _is_tape_block(context, node: ast.AST) -> bool:
@@ -563,7 +615,7 @@ def _is_tape_block(context, node: ast.AST) -> bool:
     )
 
 
-def _tape_reads_no_data(context, tape: ast.With) -> bool:
+def _tape_reads_no_data(context, tape: ast.With, scope: Optional["_Scope"] = None) -> bool:
     known = {
         call.args[0].id for call in ast.walk(tape)
         if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "watch"
@@ -583,9 +635,108 @@ def _tape_reads_no_data(context, tape: ast.With) -> bool:
             values = [node.value]  # ``x = x_train`` brings data in without a call
         else:
             continue
-        if not all(name in known for value in values for name in _value_names(value)):
+        unknown = {name for value in values for name in _value_names(value)} - known
+        if unknown and not (scope is not None and all(_made_from_constants_here(context, name, tape.lineno, scope)
+                                                      for name in unknown)):
             return False
     return True
+
+
+def _made_from_constants_here(context, name: str, line: int, scope: "_Scope") -> bool:
+    """Does ``name``, read in the tape, hold only what the notebook makes from constants
+    (``tf.constant([-1.])``, ``tf.Variable(2.)``, a number)? At a cell's top level, the value it was
+    last bound to before the tape; a parameter of the tape's function, what every call passes for it
+    (TensorFlow's tf.function guide trains ``train_step(w, x, y, opt)`` on such tensors)."""
+    if name in context.facts.aliases:
+        return True  # a module (``tf``), not data
+    if scope.function is None:
+        return _constant_made(context, _reaching_value(context, name, scope.cell, line, None))
+    position = _parameter_position(scope.function, name)
+    if position is None:
+        return False
+    calls = list(_calls_of(context, scope))
+    return bool(calls) and all(_passes_a_constant(context, cell, call, position, name) for cell, call in calls)
+
+
+def _reaching_value(context, name: str, cell: int, line: int, function: Optional[str]) -> Optional[ast.expr]:
+    """The value ``name`` was last bound to before (cell, line), in the same scope."""
+    bound = [(c, a.stmt.lineno, a.value) for c, _, a in context.facts.assignments(name)
+             if a.function == function and not a.tuple_target and (c, a.stmt.lineno) < (cell, line)]
+    return max(bound, key=lambda item: item[:2])[2] if bound else None
+
+
+_CONSTANT_TENSORS = _CONSTANT_MAKERS + ("tensorflow.Variable", "tensorflow.convert_to_tensor")
+
+
+def _constant_made(context, node: Optional[ast.expr]) -> bool:
+    if node is None:
+        return False
+    if _is_constant(node):
+        return True
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return bool(node.elts) and all(_constant_made(context, element) for element in node.elts)
+    if isinstance(node, ast.Call) and context.facts.resolve(dotted_name(node.func)) in _CONSTANT_TENSORS:
+        first = node.args[0] if node.args else None
+        return first is not None and (_constant_made(context, first) or _is_a_shape(first))
+    return False
+
+
+def _is_a_shape(node: ast.expr) -> bool:
+    return isinstance(node, (ast.List, ast.Tuple)) and all(
+        isinstance(e, ast.Constant) and isinstance(e.value, int) for e in node.elts)
+
+
+def _parameter_position(function: ast.AST, name: str) -> Optional[int]:
+    """The position a caller gives ``name`` at (``self`` of a method not counted)."""
+    if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    positional = [a.arg for a in [*function.args.posonlyargs, *function.args.args]]
+    if name not in positional:
+        return None
+    method = positional and positional[0] == "self"
+    return positional.index(name) - (1 if method else 0)
+
+
+def _calls_of(context, scope: "_Scope"):
+    """(cell, call) for every call of the tape's function: by its name, by a name bound to
+    ``tf.function(f)``, and, for a class's ``__call__``, on a name bound to an instance of it."""
+    function = scope.function
+    names = {function.name}
+    if function.name == "__call__":
+        owner = next((c for c in scope.facts.classes.values() if function in c.body), None)
+        if owner is None:
+            return
+        names = _instances_of(context, owner.name)
+    else:
+        names |= _wrapped_names(context, function.name)
+    for name in names:
+        for cell, _, call in context.facts.calls(name):
+            if call.dotted == name:
+                yield cell, call
+
+
+def _instances_of(context, class_name: str) -> set:
+    return {a.target for cell, facts in context.facts.cells_mentioning(class_name)
+            for assignments in facts.assignments.values() for a in assignments
+            if isinstance(a.value, ast.Call) and isinstance(a.value.func, ast.Name) and a.value.func.id == class_name}
+
+
+def _wrapped_names(context, function_name: str) -> set:
+    """Names bound to ``tf.function(function_name)``."""
+    return {a.target for cell, facts in context.facts.cells_mentioning(function_name)
+            for assignments in facts.assignments.values() for a in assignments
+            if isinstance(a.value, ast.Call) and a.value.args and isinstance(a.value.args[0], ast.Name)
+            and a.value.args[0].id == function_name and context.facts.resolve(dotted_name(a.value.func)) == "tensorflow.function"}
+
+
+def _passes_a_constant(context, cell: int, call: CallSite, position: int, name: str) -> bool:
+    keyword = call.keyword(name)
+    given = keyword.value if keyword is not None else (call.node.args[position] if position < len(call.node.args) else None)
+    if given is None or any(isinstance(arg, ast.Starred) for arg in call.node.args):
+        return False
+    if isinstance(given, ast.Name):
+        given = _reaching_value(context, given.id, cell, call.node.lineno, call.function)
+    return _constant_made(context, given)
 
 
 def _is_notebook_function(context, callee: ast.expr) -> bool:

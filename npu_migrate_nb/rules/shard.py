@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ast
-from typing import Iterable, Iterator, List, Optional
+from typing import Iterable, Iterator, List, Optional, Tuple
 
 from .. import knowledge as K
 from ..facts import CallSite, CellFacts, chain_root_name, dotted_name, receiver_name
@@ -217,12 +217,13 @@ class MissingShard(Rule):
             "    dataset = dataset.map(lambda window: (window[:-1], window[-1]))\n"
             "    return dataset.batch(batch_size).prefetch(1)\n"
             "model.compile(optimizer='sgd', loss='mse')\nmodel.fit(window_dataset(series, 30))\n",
-            "import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\n"
+            "import tensorflow as tf\nimport os\nimport npu_device as npu\nnpu.open().as_default()\n"
             "def window_dataset(series, window_size, batch_size=32):\n"
             "    dataset = tf.data.Dataset.from_tensor_slices(series)\n"
             "    dataset = dataset.window(window_size + 1, shift=1, drop_remainder=True)\n"
             "    dataset = dataset.flat_map(lambda window: window.batch(window_size + 1))\n"
-            "    dataset, rank_batch_size = npu.distribute.shard_and_rebatch_dataset(dataset, batch_size)\n"
+            "    dataset, rank_batch_size = npu.distribute.shard_and_rebatch_dataset(dataset.batch("
+            "int(os.getenv('RANK_SIZE', '1')), drop_remainder=True).unbatch(), batch_size)\n"
             "    dataset = dataset.shuffle(1000)\n"
             "    dataset = dataset.map(lambda window: (window[:-1], window[-1]))\n"
             "    return dataset.batch(rank_batch_size).prefetch(1)\n"
@@ -244,11 +245,34 @@ class MissingShard(Rule):
             "    dataset = tf.data.Dataset.from_tensor_slices(series)\n"
             "    dataset = dataset.window(window_size + 1, shift=1, drop_remainder=True)\n"
             "    dataset = dataset.flat_map(lambda window: window.batch(window_size + 1))\n"
-            "    dataset, rank_batch_size = npu.distribute.shard_and_rebatch_dataset(dataset, batch_size)\n"
+            "    dataset, rank_batch_size = npu.distribute.shard_and_rebatch_dataset(dataset.batch("
+            "int(os.getenv('RANK_SIZE', '1')), drop_remainder=True).unbatch(), batch_size)\n"
             "    return dataset.batch(rank_batch_size)\n# %%\n"
             "for window in window_dataset(tf.range(10), 3, batch_size=int(os.getenv('RANK_SIZE', '1'))):\n"
             "    print(window.numpy())\n# %%\n"
             "model.compile(optimizer='sgd', loss='mse')\nmodel.fit(window_dataset(series, 30, 128))\n",
+        ),
+        # Windows taken one after another, a global batch of 1 (Udacity's stateful RNN): 33 windows
+        # would shard 17/16, so they are first cut to a multiple of the ranks.
+        Example(
+            "import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\n"
+            "def sequential_window_dataset(series, window_size):\n"
+            "    ds = tf.data.Dataset.from_tensor_slices(series)\n"
+            "    ds = ds.window(window_size + 1, shift=window_size, drop_remainder=True)\n"
+            "    ds = ds.flat_map(lambda window: window.batch(window_size + 1))\n"
+            "    ds = ds.map(lambda window: (window[:-1], window[1:]))\n"
+            "    return ds.batch(1).prefetch(1)\n"
+            "model.compile(optimizer='sgd', loss='mse')\nmodel.fit(sequential_window_dataset(series, 30))\n",
+            "import tensorflow as tf\nimport os\nimport npu_device as npu\nnpu.open().as_default()\n"
+            "def sequential_window_dataset(series, window_size):\n"
+            "    ds = tf.data.Dataset.from_tensor_slices(series)\n"
+            "    ds = ds.window(window_size + 1, shift=window_size, drop_remainder=True)\n"
+            "    ds = ds.flat_map(lambda window: window.batch(window_size + 1))\n"
+            "    ds = ds.batch(int(os.getenv('RANK_SIZE', '1')), drop_remainder=True).unbatch()"
+            ".shard(int(os.getenv('RANK_SIZE', '1')), int(os.getenv('RANK_ID', '0')))\n"
+            "    ds = ds.map(lambda window: (window[:-1], window[1:]))\n"
+            "    return ds.batch(1).prefetch(1)\n"
+            "model.compile(optimizer='sgd', loss='mse')\nmodel.fit(sequential_window_dataset(series, 30))\n",
         ),
         # A shard that takes the same part on every rank: its arguments become the rank's.
         Example(
@@ -530,7 +554,7 @@ class MissingShard(Rule):
                 "every rank reads the same data: add .shard(RANK_SIZE, RANK_ID) right after the source; its global "
                 "batch of 1 cannot be split, so each rank reads one sample a step and a step trains on RANK_SIZE "
                 "samples (scale the learning rate or the steps where the single-card math matters)"
-                + _even_cut_note(context, source),
+                + _even_cut_note(context, facts, source),
                 _env_shard(cell, facts, source, None, context),
             )
         edits, ones = None, []
@@ -549,7 +573,7 @@ class MissingShard(Rule):
             split += (f"; {'calls' if len(ones) > 1 else 'a call'} in cell {cells} "
                       f"give{'' if len(ones) > 1 else 's'} it a global batch of 1, which cannot be split: RANK_SIZE "
                       "instead, so that each rank reads one sample a step as one card did")
-        note = _even_cut_note(context, source)
+        note = _even_cut_note(context, facts, source)
         context.shard_fix_splits_batch |= batch is not None
         return self.finding(
             cell, facts, source.node,
@@ -969,10 +993,9 @@ def _batch_argument(batch: CallSite) -> Optional[ast.expr]:
 
 
 def _env_shard(cell, facts: CellFacts, source: CallSite, batch: Optional[CallSite], context) -> List[Edit]:
-    counted = _samples_named(context, source)
     # an even cut first: every rank as many samples, so as many steps
-    cut = f".take(len({counted}) // {K.RANK_SIZE_EXPR} * {K.RANK_SIZE_EXPR})" if counted is not None else ""
-    shard = f"{{source}}{cut}.shard({K.RANK_SIZE_EXPR}, {K.RANK_ID_EXPR})"
+    cut = _even_cut(context, facts, source)
+    shard = f"{{source}}{cut[0] if cut else ''}.shard({K.RANK_SIZE_EXPR}, {K.RANK_ID_EXPR})"
     top = source.chain()[-1]
     variable = single_target(top.stmt) if top.node is getattr(top.stmt, "value", None) else None
     windows = _samples_made_at(facts, source, variable)
@@ -986,12 +1009,29 @@ def _env_shard(cell, facts: CellFacts, source: CallSite, batch: Optional[CallSit
     return edits
 
 
-def _even_cut_note(context, source: CallSite) -> str:
+def _even_cut(context, facts: CellFacts, source: CallSite) -> Optional[Tuple[str, str, str]]:
+    """(what to append before the shard, what it cuts, how, for a person) so that every rank gets as many samples: a
+    shard of 33 windows gives rank 0 seventeen and rank 1 sixteen, and rank 0's last step waits in
+    an all-reduce rank 1 never joins, on cards as here. A list written in the notebook is cut with
+    .take; windows (their count unknown to tf.data after flat_map) are grouped by RANK_SIZE with the
+    incomplete last group dropped."""
     counted = _samples_named(context, source)
-    if counted is None:
+    if counted is not None:
+        return f".take(len({counted}) // {K.RANK_SIZE_EXPR} * {K.RANK_SIZE_EXPR})", f"the samples of {counted}", ".take"
+    top = source.chain()[-1]
+    variable = single_target(top.stmt) if top.node is getattr(top.stmt, "value", None) else None
+    if _samples_made_at(facts, source, variable) is not None:
+        return (f".batch({K.RANK_SIZE_EXPR}, drop_remainder=True).unbatch()", "the windows",
+                ".batch(RANK_SIZE, drop_remainder=True).unbatch(), since tf.data cannot count them")
+    return None
+
+
+def _even_cut_note(context, facts: CellFacts, source: CallSite) -> str:
+    cut = _even_cut(context, facts, source)
+    if cut is None:
         return ""
-    return (f"; the samples of {counted} are first cut to a multiple of RANK_SIZE (.take), so that every rank "
-            "runs as many steps (an uneven shard leaves one rank waiting in an all-reduce the other never joins)")
+    return (f"; {cut[1]} are first cut to a multiple of RANK_SIZE ({cut[2]}), so that every rank runs as many steps "
+            "(an uneven shard leaves one rank waiting in an all-reduce the other never joins)")
 
 
 def _samples_named(context, source: CallSite) -> Optional[str]:
@@ -1058,13 +1098,13 @@ def _shard_and_rebatch(context, cell, facts: CellFacts, source: CallSite, batch:
     if variable is None and not isinstance(stmt, ast.Return):
         return None
     dataset = variable or "dataset"
-    counted = _samples_named(context, source)
-    cut = f"{dataset}.take(len({counted}) // {K.RANK_SIZE_EXPR} * {K.RANK_SIZE_EXPR})" if counted else dataset
+    even = _even_cut(context, facts, source)
+    cut = dataset + (even[0] if even else "")
     rebatch = (
         f"{dataset}, {RANK_BATCH} = {context.npu}.distribute.shard_and_rebatch_dataset"
         f"({cut}, {facts.segment(size)})"
     )
-    needs = [NEEDS_NPU_DEVICE] + ([NEEDS_OS] if counted else [])
+    needs = [NEEDS_NPU_DEVICE] + ([NEEDS_OS] if even else [])
     edits = [replace(cell, facts, size, RANK_BATCH, needs)]
     windows = _samples_made_at(facts, source, variable)
     if windows is not None:

@@ -11,7 +11,8 @@ after ``fix``, every cell runs and the three checks pass.
 * EarlyStopping on each rank's own logs, a folder made on every rank, a model saved and read back in one cell;
 * one sample repeated (``from_tensors(...).repeat()``): nothing to shard or aggregate;
 * a TF1 graph trained on constants first, then on batches fed through ``feed_dict`` (the probe
-  watched only the first loop's feed, so the fed batches were never seen).
+  watched only the first loop's feed, so the fed batches were never seen);
+* an odd count of time-series windows (a plain shard left one rank a step more, waiting forever).
 """
 
 import json
@@ -168,6 +169,23 @@ TF1_CONSTANTS_THEN_FEED = [
     "        session.run(train_op, feed_dict=feed_dict)",
 ]
 
+# Udacity's forecasting course: a series cut into windows (33 of them), a global batch split across
+# ranks. tf.data cannot count windows made by flat_map, and a plain shard gave rank 0 one window more:
+# its last step waited in an all-reduce rank 1 never joined.
+ODD_COUNT_OF_WINDOWS = [
+    "import numpy as np\nimport tensorflow as tf\n"
+    "series = np.sin(np.arange(1000) / 20.0).astype('float32')",
+    "def window_dataset(series, window_size, batch_size):\n"
+    "    ds = tf.data.Dataset.from_tensor_slices(series)\n"
+    "    ds = ds.window(window_size + 1, shift=window_size, drop_remainder=True)\n"
+    "    ds = ds.flat_map(lambda window: window.batch(window_size + 1))\n"
+    "    ds = ds.map(lambda window: (window[:-1], window[-1:]))\n"
+    "    return ds.batch(batch_size).prefetch(1)",
+    "model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(30,))])\n"
+    "model.compile(loss='mse', optimizer=tf.keras.optimizers.SGD(0.01))\n"
+    "model.fit(window_dataset(series, 30, 4), epochs=2, verbose=0)",
+]
+
 CASES = {
     "tf2 code with a compat.v1 part, saving on every rank": (MIXED_AND_SAVING, "tf2"),
     "a model built on its first call in a custom loop": (LAZY_CUSTOM_LOOP, "tf2"),
@@ -177,6 +195,7 @@ CASES = {
     "early stopping on each rank's logs, a model saved and read back": (EARLY_STOPPING_AND_READ_BACK, "tf2"),
     "one sample repeated": (ONE_SAMPLE_REPEATED, "tf2"),
     "a tf1 graph on constants, then batches fed": (TF1_CONSTANTS_THEN_FEED, "tf1"),
+    "an odd count of windows": (ODD_COUNT_OF_WINDOWS, "tf2"),
 }
 EXPECTED_AFTER_FIX = {"one sample repeated": ONE_SAMPLE_CHECKS}
 
