@@ -553,6 +553,13 @@ class NotebookFacts:
             for assignment in facts.assignments.get(name, ()):
                 yield index, facts, assignment
 
+    def bound_before(self, name: str, cell: int, line: int, function: Optional[str]) -> Optional[ast.expr]:
+        """The value ``name`` was last bound to at or before (cell, line), in ``function``'s scope
+        (None: a cell's top level); a tuple target's part is not known."""
+        bound = [(index, a.stmt.lineno, a.value) for index, _, a in self.assignments(name)
+                 if a.function == function and not a.tuple_target and (index, a.stmt.lineno) <= (cell, line)]
+        return max(bound, key=lambda item: item[:2])[2] if bound else None
+
     def function(self, name: str) -> Optional[Tuple[int, CellFacts, ast.AST]]:
         found = None
         for index, facts in self.cells_mentioning(name):

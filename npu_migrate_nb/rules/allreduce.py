@@ -794,19 +794,13 @@ def _compile_wrapped(context, cell: int, site: CallSite) -> Optional[bool]:
     if isinstance(optimizer, ast.Constant) and isinstance(optimizer.value, str):
         return False
     if isinstance(optimizer, ast.Name):
-        optimizer = _last_bound_before(context, optimizer.id, cell, site)
+        optimizer = context.facts.bound_before(optimizer.id, cell, site.node.lineno, site.function)
     if not isinstance(optimizer, ast.Call):
         return None
     called = context.facts.resolve(dotted_name(optimizer.func))
     if called in K.ALLREDUCE_FORMS:
         return True
     return False if called in K.OPTIMIZERS else None
-
-
-def _last_bound_before(context, name: str, cell: int, use: CallSite) -> Optional[ast.expr]:
-    bound = [(c, a.stmt.lineno, a.value) for c, _, a in context.facts.assignments(name)
-             if a.function == use.function and not a.tuple_target and (c, a.stmt.lineno) <= (cell, use.node.lineno)]
-    return max(bound, key=lambda item: item[:2])[2] if bound else None
 
 
 def _creation_of(context, name: str, use: CallSite, use_cell: Optional[int] = None):

@@ -505,8 +505,7 @@ CONSTANT_SOURCES_REASON = (
     "every variable the training steps differentiate starts from a constant wherever a step is given it "
     "(tf.Variable(2.)): every rank starts from the same values, so there is nothing to broadcast"
 )
-_CONSTANT_MAKERS = ("tensorflow.zeros", "tensorflow.ones", "tensorflow.zeros_like", "tensorflow.ones_like",
-                    "tensorflow.constant", "tensorflow.fill")
+_CONSTANT_MAKERS = ("tensorflow.zeros", "tensorflow.ones", "tensorflow.zeros_like", "tensorflow.ones_like")
 
 
 _WEIGHTLESS_KERAS = tuple(f"{keras}.{part}." for keras in ("tensorflow.keras", "keras")
@@ -528,9 +527,7 @@ def variables_start_from_constants(context) -> bool:
 
 def _constant_start(context, facts: CellFacts, site: CallSite) -> bool:
     value = site.argument(0, "initial_value")
-    if _is_constant(value):
-        return True
-    if isinstance(value, ast.Call) and context.facts.resolve(dotted_name(value.func)) in _CONSTANT_MAKERS:
+    if _constant_made(context, value):
         return True
     if not isinstance(value, ast.Name) or site.function is None:
         return False
@@ -650,7 +647,7 @@ def _made_from_constants_here(context, name: str, line: int, scope: "_Scope") ->
     if name in context.facts.aliases:
         return True  # a module (``tf``), not data
     if scope.function is None:
-        return _constant_made(context, _reaching_value(context, name, scope.cell, line, None))
+        return _constant_made(context, context.facts.bound_before(name, scope.cell, line, None))
     position = _parameter_position(scope.function, name)
     if position is None:
         return False
@@ -658,32 +655,27 @@ def _made_from_constants_here(context, name: str, line: int, scope: "_Scope") ->
     return bool(calls) and all(_passes_a_constant(context, cell, call, position, name) for cell, call in calls)
 
 
-def _reaching_value(context, name: str, cell: int, line: int, function: Optional[str]) -> Optional[ast.expr]:
-    """The value ``name`` was last bound to before (cell, line), in the same scope."""
-    bound = [(c, a.stmt.lineno, a.value) for c, _, a in context.facts.assignments(name)
-             if a.function == function and not a.tuple_target and (c, a.stmt.lineno) < (cell, line)]
-    return max(bound, key=lambda item: item[:2])[2] if bound else None
-
-
-_CONSTANT_TENSORS = _CONSTANT_MAKERS + ("tensorflow.Variable", "tensorflow.convert_to_tensor")
+# Tensors that hold what their value argument holds (a constant, or data).
+_TENSORS_OF_A_VALUE = {"tensorflow.constant": 0, "tensorflow.Variable": 0, "tensorflow.convert_to_tensor": 0,
+                       "tensorflow.fill": 1}
 
 
 def _constant_made(context, node: Optional[ast.expr]) -> bool:
+    """Is ``node`` made from constants only: a number, a list of them, ``tf.zeros(...)``,
+    ``tf.constant([-1.])``, ``tf.Variable(2.)``?"""
     if node is None:
         return False
     if _is_constant(node):
         return True
     if isinstance(node, (ast.List, ast.Tuple)):
         return bool(node.elts) and all(_constant_made(context, element) for element in node.elts)
-    if isinstance(node, ast.Call) and context.facts.resolve(dotted_name(node.func)) in _CONSTANT_TENSORS:
-        first = node.args[0] if node.args else None
-        return first is not None and (_constant_made(context, first) or _is_a_shape(first))
-    return False
-
-
-def _is_a_shape(node: ast.expr) -> bool:
-    return isinstance(node, (ast.List, ast.Tuple)) and all(
-        isinstance(e, ast.Constant) and isinstance(e.value, int) for e in node.elts)
+    if not isinstance(node, ast.Call):
+        return False
+    called = context.facts.resolve(dotted_name(node.func))
+    if called in _TENSORS_OF_A_VALUE:
+        position = _TENSORS_OF_A_VALUE[called]
+        return position < len(node.args) and _constant_made(context, node.args[position])
+    return called in _CONSTANT_MAKERS  # zeros and ones, whatever their shape
 
 
 def _parameter_position(function: ast.AST, name: str) -> Optional[int]:
@@ -735,7 +727,7 @@ def _passes_a_constant(context, cell: int, call: CallSite, position: int, name: 
     if given is None or any(isinstance(arg, ast.Starred) for arg in call.node.args):
         return False
     if isinstance(given, ast.Name):
-        given = _reaching_value(context, given.id, cell, call.node.lineno, call.function)
+        given = context.facts.bound_before(given.id, cell, call.node.lineno, call.function)
     return _constant_made(context, given)
 
 
