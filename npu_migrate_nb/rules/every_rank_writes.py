@@ -178,6 +178,15 @@ class EveryRankWrites(Rule):
             "import tensorflow as tf\nest = tf.estimator.Estimator(model_fn, 'ckpt')\nest.train(input_fn)\n# %%\n"
             "path = est.export_saved_model('exported', serving_input_fn)\n# %%\nprint(path)\n",
         ),
+        # ... or in the loop's next turn (TensorFlow's fault-tolerance guide loads the checkpoint it saved
+        # at the end of the previous epoch): said, not fixed.
+        Example(
+            "import tensorflow as tf\nmanager = tf.train.CheckpointManager(checkpoint, 'ckpt', max_to_keep=2)\n"
+            "for epoch in range(3):\n    if epoch > 0:\n        tf.train.load_checkpoint(save_path)\n"
+            "    with tf.GradientTape() as tape:\n        loss = loss_fn(y, model(x))\n"
+            "    optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_weights), model.trainable_weights))\n"
+            "    save_path = manager.save()\n    print(save_path)\n",
+        ),
     ]
 
     def check(self, context) -> Iterable[Finding]:
@@ -262,8 +271,8 @@ class EveryRankWrites(Rule):
 def _guard_with_uses(context, cell: int, facts: CellFacts, stmt: ast.stmt):
     """A rank-0 guard around ``stmt`` (which binds what a save returns) and the statements after it in
     its block, through the last one that reads a name bound there (Estimator's export path, moved to
-    a folder of its own); None when the statement binds nothing or a name bound there is read later,
-    where the other ranks would not have it."""
+    a folder of its own); None when the statement binds nothing or a name bound there is read outside
+    the span, where the other ranks would not have it."""
     block = _block_of(facts.tree, stmt)
     if block is None or not _bound_names(stmt):
         return None
@@ -274,10 +283,12 @@ def _guard_with_uses(context, cell: int, facts: CellFacts, stmt: ast.stmt):
             for between in block[last + 1:index + 1]:
                 bound |= _bound_names(between)
             last = index
-    end = block[last].end_lineno
-    later_in_cell = {node.id for node in ast.walk(facts.tree) if isinstance(node, ast.Name)
-                     and isinstance(node.ctx, ast.Load) and node.lineno > end}
-    if bound & later_in_cell or any(index > cell for name in bound for index, _ in context.facts.cells_mentioning(name)):
+    start, end = stmt.lineno, block[last].end_lineno
+    # Read anywhere else in the cell: after the span, or before it in a loop's next turn (the
+    # fault-tolerance guide loads the checkpoint it saved at the end of the previous epoch).
+    read_outside = {node.id for node in ast.walk(facts.tree) if isinstance(node, ast.Name)
+                    and isinstance(node.ctx, ast.Load) and not start <= node.lineno <= end}
+    if bound & read_outside or any(index > cell for name in bound for index, _ in context.facts.cells_mentioning(name)):
         return None
     return guard_span(cell, facts, stmt, block[last], RANK_ZERO, [NEEDS_OS])
 
