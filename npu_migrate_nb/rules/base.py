@@ -223,7 +223,7 @@ def insert_before(cell: int, facts: CellFacts, stmt: ast.stmt, code: str, needs:
 
 def guard(cell: int, facts: CellFacts, stmt: ast.stmt, condition: str, needs: Iterable[str] = ()) -> Edit:
     """``stmt`` runs only when ``condition`` holds (``if condition:`` around it)."""
-    return Edit(cell, "guard", facts.start(stmt), facts.end(stmt), condition, frozenset(needs))
+    return guard_span(cell, facts, stmt, stmt, condition, needs)
 
 
 def guard_span(cell: int, facts: CellFacts, first: ast.stmt, last: ast.stmt, condition: str,
