@@ -10,7 +10,9 @@ For every notebook of ``benchmarks/corpus`` that can run offline on this machine
 
 When a cell fails on the ranks, the cells up to it are rerun on one card (``one_card.py``): a cell
 that fails there too takes the notebook out of the runnable set (not runnable here, not a problem of
-the distributed steps), with the error as the reason.
+the distributed steps), with the error as the reason. So does a fixed run that ran every cell and has
+nothing to prove (:attr:`Record.nothing_to_prove`: no step applies, or no trainable variable exists),
+in the run's own words: neither a pass nor a failure.
 
 Which notebooks can run offline is decided from their code, by :func:`left_out_because` (a package
 that is not installed, a download, a dataset that is not faked); what they would download from
