@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Iterator, Optional, Tuple
 
 from . import knowledge as K
-from .facts import NPU_BRIDGE_NAMES, CallSite, CellFacts, NotebookFacts
+from .facts import NPU_BRIDGE_NAMES, NPU_DEVICE_ALIAS, CallSite, CellFacts, NotebookFacts
 
 TF1, TF2 = "tf1", "tf2"
 # HCCL's rank getters (hccl.manage.api) serve TF2 programs too: calling them says nothing of the mode.
@@ -110,9 +110,10 @@ def _imports_the_tf2_adapter(facts: NotebookFacts) -> bool:
         return True
     # ``npu.distribute...`` with the adapter's alias imported out of sight: setup's fix imports it,
     # and the mode must not change between that fix and the next analysis.
-    return facts.alias_for("npu_device") is None and "npu" not in facts.aliases and any(
-        site.dotted.startswith("npu.") and not site.dotted.startswith("npu.compat.")
-        for index, _, site in facts.all_calls(mentioning="npu") if index in own and site.dotted)
+    alias = NPU_DEVICE_ALIAS
+    return facts.alias_for("npu_device") is None and alias not in facts.aliases and any(
+        site.dotted.startswith(alias + ".") and not site.dotted.startswith(alias + ".compat.")
+        for index, _, site in facts.all_calls(mentioning=alias) if index in own and site.dotted)
 
 
 def _callee(site: CallSite) -> str:
