@@ -34,7 +34,11 @@ _CALLBACKS = {
     "tensorflow.keras.callbacks.ModelCheckpoint": ("filepath", 0),
     "tensorflow.keras.callbacks.BackupAndRestore": ("backup_dir", 0),
     "tensorflow.keras.callbacks.experimental.BackupAndRestore": ("backup_dir", 0),
+    # Not a callback, but a folder the same way: its save() writes there, and a custom loop restores
+    # from it (TensorFlow's fault-tolerance guide loads the last epoch's checkpoint).
+    "tensorflow.train.CheckpointManager": ("directory", 1),
 }
+_MANAGER = "tensorflow.train.CheckpointManager"
 # A folder beside rank 0's, not in it: code that lists rank 0's folder (the latest checkpoint by
 # name, Keras' save-and-load tutorial) finds only rank 0's files there.
 _BESIDE_FOR_OTHER_RANKS = (
@@ -178,14 +182,27 @@ class EveryRankWrites(Rule):
             "import tensorflow as tf\nest = tf.estimator.Estimator(model_fn, 'ckpt')\nest.train(input_fn)\n# %%\n"
             "path = est.export_saved_model('exported', serving_input_fn)\n# %%\nprint(path)\n",
         ),
-        # ... or in the loop's next turn (TensorFlow's fault-tolerance guide loads the checkpoint it saved
-        # at the end of the previous epoch): said, not fixed.
+        # ... or in the loop's next turn (a custom loop restoring the checkpoint it saved at the end of the
+        # previous epoch): said, not fixed.
+        Example(
+            "import tensorflow as tf\nmodel.compile('sgd', 'mse')\ncheckpoint = tf.train.Checkpoint(model=model)\n"
+            "for epoch in range(3):\n    if epoch > 0:\n        checkpoint.restore(path)\n    model.fit(x, y)\n"
+            "    path = checkpoint.save('ckpt/model')\n",
+        ),
+        # TensorFlow's fault-tolerance guide: a CheckpointManager's folder, shared; its save() returns the
+        # path the next epoch restores. Each rank keeps its checkpoints in a folder of its own.
         Example(
             "import tensorflow as tf\nmanager = tf.train.CheckpointManager(checkpoint, 'ckpt', max_to_keep=2)\n"
             "for epoch in range(3):\n    if epoch > 0:\n        tf.train.load_checkpoint(save_path)\n"
             "    with tf.GradientTape() as tape:\n        loss = loss_fn(y, model(x))\n"
             "    optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_weights), model.trainable_weights))\n"
-            "    save_path = manager.save()\n    print(save_path)\n",
+            "    save_path = manager.save()\n",
+            "import tensorflow as tf\nimport os\nmanager = tf.train.CheckpointManager(checkpoint, os.path.join('ckpt', "
+            "'rank_' + os.getenv('RANK_ID', '0')), max_to_keep=2)\n"
+            "for epoch in range(3):\n    if epoch > 0:\n        tf.train.load_checkpoint(save_path)\n"
+            "    with tf.GradientTape() as tape:\n        loss = loss_fn(y, model(x))\n"
+            "    optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_weights), model.trainable_weights))\n"
+            "    save_path = manager.save()\n",
         ),
     ]
 
@@ -219,6 +236,8 @@ class EveryRankWrites(Rule):
             what = _writer(context, site)
             if what is None or _on_one_rank(facts, site.stmt):
                 continue
+            if _made_with(context, receiver_name(site)) == _MANAGER:
+                continue  # its folder, made per rank where the manager is made (_callbacks)
             path = _save_path(context, site)
             if path is not None and (mentions(path, ("RANK", "rank")) or _per_process(context, path)):
                 continue
@@ -255,11 +274,18 @@ class EveryRankWrites(Rule):
             path = site.argument(position, name)
             if path is None or mentions(path, ("RANK", "rank")) or _on_one_rank(facts, site.stmt):
                 continue
+            if _per_process(context, path):
+                continue
             simple = isinstance(path, (ast.Name, ast.Constant, ast.Attribute))
             if site.method == "ModelCheckpoint":
                 message = ("every rank's ModelCheckpoint writes the same file: on one server the ranks share its disk "
                            "and race on it; rank 0 writes it where it is, the other ranks in a folder beside it (<folder>_rank_R)")
                 pattern = _BESIDE_FOR_OTHER_RANKS
+            elif site.method == "CheckpointManager":
+                message = ("every rank's CheckpointManager saves into the same folder: on one server the ranks share "
+                           "its disk and race on its files; each rank saves and restores its own checkpoints in a "
+                           "folder of its own, so that every rank restores the same step")
+                pattern = _PER_RANK
             else:
                 message = ("every rank's BackupAndRestore backs up to the same folder: each rank backs up and restores "
                            "its own state in a folder of its own, so that every rank resumes at the same epoch")
