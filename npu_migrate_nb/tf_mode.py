@@ -108,12 +108,12 @@ def _imports_the_tf2_adapter(facts: NotebookFacts) -> bool:
     if any(fact.module.split(".")[0] == "npu_device" and not fact.module.startswith("npu_device.compat")
            for index, cell_facts in facts.cells if index in own for fact in cell_facts.imports):
         return True
-    # ``npu.distribute...`` with the adapter's alias imported out of sight: setup's fix imports it,
-    # and the mode must not change between that fix and the next analysis.
-    alias = NPU_DEVICE_ALIAS
-    return facts.alias_for("npu_device") is None and alias not in facts.aliases and any(
-        site.dotted.startswith(alias + ".") and not site.dotted.startswith(alias + ".compat.")
-        for index, _, site in facts.all_calls(mentioning=alias) if index in own and site.dotted)
+    # ``npu.distribute...`` with the adapter's alias imported out of sight (facts.resolve reads it as
+    # npu_device): setup's fix imports it, and the mode must not change between that fix and the next
+    # analysis.
+    return any(facts.resolve(site.dotted).startswith("npu_device.")
+               and not facts.resolve(site.dotted).startswith("npu_device.compat.")
+               for index, _, site in facts.all_calls(mentioning=NPU_DEVICE_ALIAS) if index in own and site.dotted)
 
 
 def _callee(site: CallSite) -> str:

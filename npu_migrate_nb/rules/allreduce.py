@@ -9,7 +9,7 @@ from .. import knowledge as K
 from ..facts import CallSite, CellFacts, dotted_name
 from ..findings import NEEDS_NPU_BRIDGE, NEEDS_NPU_DEVICE, Edit, Finding
 from ..analysis import is_distributed_argument
-from .base import Example, Rule, add_argument, insert_after, keras_prefix, replace, replace_with, single_target, wrap
+from .base import Example, Rule, add_argument, insert_after, keras_prefix, replace, single_target, wrap
 from .not_data_parallel import trained_agents
 from .keras_defaults import KERAS_DEFAULT_OPTIMIZER, default_optimizer_argument
 from .reduction import SUM, reduction_for
@@ -601,8 +601,7 @@ class MissingAllreduce(Rule):
                     c_cell, c_facts, c_site.node, message,
                     [_wrap_creation(c_cell, c_facts, c_site, wrapper, needs, extra)],
                 )
-        edit = replace_with(cell, facts, optimizer, wrapper + "({node}" + extra + ")", [needs], node=optimizer)
-        return self.finding(cell, facts, optimizer, message, [edit])
+        return self.finding(cell, facts, optimizer, message, [wrap(cell, facts, optimizer, wrapper, [needs], extra)])
 
     # -- TF2 custom loops: all-reduce right after tape.gradient
     def _all_reduce_gradients(self, context) -> Iterator[Finding]:
@@ -767,7 +766,7 @@ def _wrap_creation(cell: int, facts: CellFacts, site: CallSite, wrapper: str, ne
     target = single_target(site.stmt)
     if target is not None and site.stmt.value is site.node:
         return insert_after(cell, facts, site.stmt, f"{target} = {wrapper}({target}{extra})", [needs])
-    return replace_with(cell, facts, site.node, wrapper + "({node}" + extra + ")", [needs], node=site.node)
+    return wrap(cell, facts, site.node, wrapper, [needs], extra)
 
 
 def _reduce_reduction_argument(context, optimizer: ast.expr) -> str:

@@ -209,8 +209,9 @@ def replace_with(
     return Edit(cell, "replace", facts.start(target), facts.end(target), code, frozenset(needs), template, holes)
 
 
-def wrap(cell: int, facts: CellFacts, node: ast.AST, function: str, needs: Iterable[str] = ()) -> Edit:
-    return replace_with(cell, facts, node, function + "({node})", needs, node=node)
+def wrap(cell: int, facts: CellFacts, node: ast.AST, function: str, needs: Iterable[str] = (), more: str = "") -> Edit:
+    """``function(node<more>)``: ``more`` adds arguments after it (``, reduce_reduction="sum"``)."""
+    return replace_with(cell, facts, node, function + "({node}" + more + ")", needs, node=node)
 
 
 def insert_after(cell: int, facts: CellFacts, stmt: ast.stmt, code: str, needs: Iterable[str] = ()) -> Edit:
