@@ -7,6 +7,7 @@ from typing import Iterable, Iterator, Optional
 
 from .. import knowledge as K
 from ..findings import Finding
+from ..i18n import _
 from .base import Example, Rule, int_literal
 
 
@@ -44,10 +45,14 @@ class BatchNotDivisible(Rule):
                 continue
             yield self.finding(
                 cell, facts, size,
-                f"global batch {value} is not divisible by {ranks} ranks: "
-                + ("shard_and_rebatch_dataset raises ValueError" if site.method == "shard_and_rebatch_dataset"
-                   else f"each rank would get {value // ranks} samples and {value % ranks} are lost per step")
-                + f"; use a multiple of {ranks} (or check with --ranks N)",
+                _("global batch {value} is not divisible by {ranks} ranks: {consequence}; use a multiple of {ranks} "
+                  "(or check with --ranks N)").format(
+                    value=value, ranks=ranks,
+                    consequence=_("shard_and_rebatch_dataset raises ValueError")
+                    if site.method == "shard_and_rebatch_dataset"
+                    else _("each rank would get {per_rank} samples and {lost} are lost per step").format(
+                        per_rank=value // ranks, lost=value % ranks),
+                ),
             )
 
 
