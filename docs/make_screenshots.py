@@ -1,6 +1,6 @@
 """Make the README's screenshots in a real JupyterLab with Debian's chromium (Playwright's Python API).
 
-    python docs/make_screenshots.py     # writes docs/panel.png, docs/magic-report.png and docs/magic-run.png
+    python docs/make_screenshots.py     # writes docs/panel.png, docs/panel-zh.png, docs/magic-report.png and docs/magic-run.png
 
 Needs the ``lab`` extra, ``pip install playwright`` (the Python package only: the browser is
 ``/usr/bin/chromium``, never downloaded) and Debian's ``chromium``.
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -60,7 +61,7 @@ def run_all_and_shoot(page, base, token, name, wait_text, out, cell_index, timeo
     except Exception:
         pass
     page.get_by_text("Python 3 (ipykernel) | Idle").wait_for(timeout=60_000)
-    news = page.locator(".jp-toast-button", has_text="No")
+    news = page.locator(".jp-toast-button", has_text=re.compile(r"^(No|否)$"))
     if news.count():
         news.first.click()
     page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
@@ -76,6 +77,13 @@ def run_all_and_shoot(page, base, token, name, wait_text, out, cell_index, timeo
     cell.screenshot(path=out)
 
 
+def set_lab_language(lab, locale: str) -> None:
+    """What Settings → Language does (the lab reads it when a page loads)."""
+    body = json.dumps({"raw": json.dumps({"locale": locale})}).encode()
+    status, _, answer = lab.request("PUT", "/lab/api/settings/@jupyterlab/translation-extension:plugin", body)
+    assert status == 204, answer
+
+
 def shoot_panel(page, base, token, name, out):
     """The NPU Distribute panel on a single-card notebook: the checklist, the findings, the marked lines."""
     page.goto(f"{base}/lab/tree/{name}?reset&token={token}")
@@ -86,7 +94,7 @@ def shoot_panel(page, base, token, name, out):
         page.locator(".jp-Dialog button.jp-mod-accept").click()
     except Exception:
         pass
-    news = page.locator(".jp-toast-button", has_text="No")
+    news = page.locator(".jp-toast-button", has_text=re.compile(r"^(No|否)$"))
     if news.count():
         news.first.click()
     page.locator('li.lm-TabBar-tab[data-id="npu-migrate-nb-panel"]').click()
@@ -122,6 +130,10 @@ def main() -> None:
                 browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
                 page = browser.new_page(viewport={"width": 1440, "height": 900})
                 shoot_panel(page, base, token, "keras_single_card.ipynb", os.path.join(HERE, "panel.png"))
+                set_lab_language(lab, "zh_CN")  # Settings → Language → 中文: the panel as a Chinese reader sees it
+                page = browser.new_page(viewport={"width": 1440, "height": 900})
+                shoot_panel(page, base, token, "keras_single_card.ipynb", os.path.join(HERE, "panel-zh.png"))
+                set_lab_language(lab, "en")
                 page = browser.new_page(viewport={"width": 1280, "height": 1400})
                 run_all_and_shoot(page, base, token, "report.ipynb", "the notebook so far",
                                   os.path.join(HERE, "magic-report.png"), 3)

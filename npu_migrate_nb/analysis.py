@@ -13,6 +13,7 @@ from typing import Dict, List, Optional
 from . import knowledge as K
 from .facts import CallSite, NotebookFacts, dotted_name, receiver_name
 from .findings import STEPS, CellError, Finding, sort_key, unique
+from .i18n import N_, _
 from .notebook import Notebook
 from .modules import ProjectModules, project_modules
 from .ranks import has_rank_shard
@@ -28,6 +29,8 @@ REDUCTIONS = ("sum", "mean")
 # ``unknown`` when what would do the step comes from code that cannot be seen (an installed package, a
 # missing file), so that the analyzer neither claims the step nor reports it missing.
 STATUSES = ("present", "missing", "not-applicable", "unknown")
+# The TensorFlow mode's reason for a notebook in another language (said with ``_`` where it is made).
+NOT_PYTHON_MODE_REASON = N_("not a Python notebook")
 
 
 @dataclass
@@ -58,7 +61,7 @@ class Analysis:
     context: Optional["Context"] = field(default=None, repr=False, compare=False)
     # Which TensorFlow the code is written for (tf_mode.py): the adapter follows it, and the simulator
     # runs its ranks in it.
-    mode: Mode = field(default=Mode(TF2, "not a Python notebook"), compare=False)
+    mode: Mode = field(default=Mode(TF2, NOT_PYTHON_MODE_REASON), compare=False)
 
     @property
     def tf1(self) -> bool:
@@ -100,7 +103,8 @@ class Context:
         self.steps = _steps(facts, self)
         self.reasons: Dict[str, str] = {}
         if self.framework == "none":
-            self.reasons = {step: "no training in this notebook" for step in STEPS}
+            reason = _("no training in this notebook")
+            self.reasons = {step: reason for step in STEPS}
         self.npu = facts.alias_for("npu_device") or "npu"
         self.tf = facts.alias_for("tensorflow") or facts.alias_for("tensorflow.compat.v1") or "tf"
         self.findings: List[Finding] = []  # filled rule by rule; later rules may read earlier ones
@@ -123,10 +127,10 @@ def analyze(notebook: Notebook, options: Optional[Options] = None) -> Analysis:
 
     options = options or Options()
     if not notebook.is_python:
-        reason = f"not a Python notebook ({notebook.language})"
+        reason = _("not a Python notebook ({language})").format(language=notebook.language)
         return Analysis(
             notebook.path, notebook.language, "none", None, _not_applicable(), python=False,
-            reasons={step: reason for step in STEPS},
+            reasons={step: reason for step in STEPS}, mode=Mode(TF2, _(NOT_PYTHON_MODE_REASON)),
         )
     modules = project_modules(notebook, options.base, options.paths_from)
     facts = NotebookFacts(notebook, [(module.index, module.source) for module in modules.found])
@@ -180,12 +184,12 @@ def _has_keras_fit(facts: NotebookFacts) -> bool:
     """A fit (or fit_generator) on a compiled model: compiled under its own name, returned by a
     function that compiles it (``model = create_model()``, also from a module), or a loop variable
     over models compiled and collected in a list."""
-    compiles = [site for _, _, site in facts.calls("compile")]
+    compiles = [site for _cell, _facts, site in facts.calls("compile")]
     compiled = {receiver_name(site) for site in compiles} - {None}
     if not compiled:
         return False
     factories = {site.function for site in compiles} - {None}
-    for _, cell_facts, site in facts.calls(*K.KERAS_FIT_METHODS):
+    for _cell, cell_facts, site in facts.calls(*K.KERAS_FIT_METHODS):
         receiver = receiver_name(site)
         if receiver is None or receiver in compiled or _made_by(facts, receiver, factories):
             return True
@@ -199,7 +203,7 @@ def _made_by(facts: NotebookFacts, name: str, factories) -> bool:
     return any(
         isinstance(assignment.value, ast.Call)
         and (dotted_name(assignment.value.func) or "").rsplit(".", 1)[-1] in factories
-        for _, _, assignment in facts.assignments(name)
+        for _cell, _facts, assignment in facts.assignments(name)
     )
 
 
@@ -216,7 +220,7 @@ def _collected(facts: NotebookFacts, compiled) -> bool:
     """Is a compiled model appended to a list (``models.append(model)``)?"""
     return any(
         len(site.node.args) == 1 and isinstance(site.node.args[0], ast.Name) and site.node.args[0].id in compiled
-        for _, _, site in facts.calls("append")
+        for _cell, _facts, site in facts.calls("append")
     )
 
 
@@ -268,7 +272,7 @@ def _steps(facts: NotebookFacts, context: Context) -> Dict[str, str]:
 
 def distributed_flag_optimizers(facts: NotebookFacts) -> List[CallSite]:
     """``NPUOptimizer(...)`` calls, in notebook order."""
-    return [site for _, _, site in facts.calls_to(*K.DISTRIBUTED_FLAG_OPTIMIZERS)]
+    return [site for _cell, _facts, site in facts.calls_to(*K.DISTRIBUTED_FLAG_OPTIMIZERS)]
 
 
 def is_distributed_argument(facts: NotebookFacts, site: CallSite) -> Optional[ast.expr]:

@@ -8,6 +8,7 @@ from dataclasses import replace as with_changes
 from typing import List, Optional, Tuple
 
 from .analysis import Analysis, Options, analyze
+from .i18n import _
 from .notebook import InputError, Notebook, atomic_write, load, render
 from .report import cell_diffs, json_report, summary_lines, text_report, unified_diff
 
@@ -66,7 +67,8 @@ def fix_command(args) -> int:
     result = fix_notebook(notebook, analysis)
     for cell, reason in result.failed:
         where = cell if isinstance(cell, str) else f"{args.path}:cell {cell}"
-        print(f"npu-migrate-nb: {where}: not fixed: {reason}", file=sys.stderr)
+        print("npu-migrate-nb: " + _("{where}: not fixed: {reason}").format(where=where, reason=reason),
+              file=sys.stderr)
     try:
         text = render(notebook, result.sources)
     except InputError as error:
@@ -98,14 +100,15 @@ def _write(args, notebook: Notebook, text: str, changed: bool) -> Optional[str]:
 def _write_modules(args, modules) -> None:
     """The notebook's own modules are rewritten only with ``--in-place`` (each keeps a ``.orig``);
     otherwise their diff is printed and they are named here."""
-    for path, (_, new) in sorted(modules.items()):
+    for path, (_old, new) in sorted(modules.items()):
         if args.in_place:
             shutil.copy2(path, path + ".orig")
             atomic_write(path, new)
-            print(f"npu-migrate-nb: {path}: fixed in place (the original is {path}.orig)", file=sys.stderr)
-        else:
-            print(f"npu-migrate-nb: {path}: has fixes too, not written: use --in-place, or apply its diff",
+            print("npu-migrate-nb: " + _("{path}: fixed in place (the original is {path}.orig)").format(path=path),
                   file=sys.stderr)
+        else:
+            print("npu-migrate-nb: " + _("{path}: has fixes too, not written: use --in-place, or apply its diff")
+                  .format(path=path), file=sys.stderr)
 
 
 def _remaining(notebook: Notebook, sources, options: Options) -> Analysis:
@@ -115,23 +118,30 @@ def _remaining(notebook: Notebook, sources, options: Options) -> Analysis:
 
 def _summarize(path: str, result, remaining: Analysis, written: Optional[str]) -> None:
     changed = len(result.sources)
-    where = f", wrote {written}" if written else (", nothing written (use -o OUT or --in-place)" if changed else "")
-    modules = f" and {len(result.modules)} module(s)" if result.modules else ""
+    if written:
+        where = _(", wrote {path}").format(path=written)
+    else:
+        where = _(", nothing written (use -o OUT or --in-place)") if changed else ""
+    modules = _(" and {count} module(s)").format(count=len(result.modules)) if result.modules else ""
     print(
-        f"npu-migrate-nb: {path}: applied {len(result.applied)} fix(es) in {changed} cell(s){modules}{where}",
+        "npu-migrate-nb: " + _("{path}: applied {fixes} fix(es) in {cells} cell(s){modules}{where}").format(
+            path=path, fixes=len(result.applied), cells=changed, modules=modules, where=where),
         file=sys.stderr,
     )
     left = remaining.problems
     if left:
-        print(f"npu-migrate-nb: {len(left)} finding(s) need your attention:", file=sys.stderr)
+        print("npu-migrate-nb: " + _("{count} finding(s) need your attention:").format(count=len(left)),
+              file=sys.stderr)
         for finding in left:
             print(f"  {finding.where(path)}: {finding.severity}: {finding.message} [{finding.code}]", file=sys.stderr)
+    after = _("{path} (after fix):").format(path=path)
     for line in summary_lines(remaining):
-        print(line.replace(f"{path}:", f"{path} (after fix):", 1), file=sys.stderr)
+        print(line.replace(f"{path}:", after, 1), file=sys.stderr)
 
 
 def _skip(path: str, analysis: Analysis) -> None:
-    print(f"npu-migrate-nb: {path}: not a Python notebook ({analysis.language}), skipped", file=sys.stderr)
+    print("npu-migrate-nb: " + _("{path}: not a Python notebook ({language}), skipped").format(
+        path=path, language=analysis.language), file=sys.stderr)
 
 
 def _complain(error: InputError) -> None:

@@ -15,7 +15,9 @@ import sys
 from dataclasses import dataclass, field
 from typing import List, Optional, Tuple
 
+from . import i18n
 from .analysis import Analysis, Options, analyze
+from .i18n import N_, _
 from .ipython_syntax import _split_code_magic, mask
 from .notebook import Cell, InputError, Notebook, atomic_write, load
 from .report import finding_lines, summary_lines
@@ -38,14 +40,14 @@ INSTALL_COMMANDS = frozenset({"pip", "pip3", "conda", "mamba", "apt", "apt-get",
 SHELL_MAGICS = frozenset({"sx", "system"})
 # Calls that wait for a person; in a rank (stdin is /dev/null) they fail or do nothing.
 INTERACTIVE_CALLS = {
-    "input": "input() reads stdin, which is /dev/null in a rank: it raises EOFError",
-    "getpass": "getpass() waits for a person: a batch job has none",
-    "breakpoint": "breakpoint() stops for a debugger: a batch job has no one at the prompt",
-    "set_trace": "set_trace() stops for a debugger: a batch job has no one at the prompt",
-    "embed": "embed() opens an interactive shell: a batch job has no one at the prompt",
-    "interact": "an ipywidgets interact() callback needs a browser: in a script it never runs",
-    "interact_manual": "an ipywidgets interact_manual() callback needs a browser: in a script it never runs",
-    "get_ipython": "get_ipython() is defined only in IPython: the script raises NameError",
+    "input": N_("input() reads stdin, which is /dev/null in a rank: it raises EOFError"),
+    "getpass": N_("getpass() waits for a person: a batch job has none"),
+    "breakpoint": N_("breakpoint() stops for a debugger: a batch job has no one at the prompt"),
+    "set_trace": N_("set_trace() stops for a debugger: a batch job has no one at the prompt"),
+    "embed": N_("embed() opens an interactive shell: a batch job has no one at the prompt"),
+    "interact": N_("an ipywidgets interact() callback needs a browser: in a script it never runs"),
+    "interact_manual": N_("an ipywidgets interact_manual() callback needs a browser: in a script it never runs"),
+    "get_ipython": N_("get_ipython() is defined only in IPython: the script raises NameError"),
 }
 _ASSIGNED_SHELL = re.compile(r"^([\w.,\s()\[\]*]+?)\s*=\s*(!{1,2}|%sx\s|%system\s)(.*)$")
 _ASSIGNED_MAGIC = re.compile(r"^([\w.,\s()\[\]*]+?)\s*=\s*%(\w+)\s*(.*)$")
@@ -88,20 +90,23 @@ def export_command(args) -> int:
         print(f"npu-migrate-nb: {error}", file=sys.stderr)
         return EXIT_INPUT
     if not notebook.is_python:
-        print(f"npu-migrate-nb: {args.path}: not a Python notebook ({notebook.language})", file=sys.stderr)
+        print("npu-migrate-nb: " + _("{path}: not a Python notebook ({language})").format(
+            path=args.path, language=notebook.language), file=sys.stderr)
         return EXIT_INPUT
     analysis = analyze(notebook, Options(ranks=args.devices_per_server * args.servers))
     if not args.force and not ready_to_launch(analysis):
-        print(f"npu-migrate-nb: {args.path}: not exported: what is launched must be what was proven "
-              "(run `npu-migrate-nb fix`, or --force):", file=sys.stderr)
+        print("npu-migrate-nb: " + _("{path}: not exported: what is launched must be what was proven "
+                                     "(run `npu-migrate-nb fix`, or --force):").format(path=args.path),
+              file=sys.stderr)
         print("\n".join(finding_lines(analysis) + summary_lines(analysis)), file=sys.stderr)
         return EXIT_REFUSED
     script = script_from(notebook)
     for note in script.notes:
         print(note.text(args.path))
     written = write_job(args.output, notebook, script, args.devices_per_server, args.servers)
-    print(f"npu-migrate-nb: {args.path}: exported for {args.servers} server(s) of {args.devices_per_server} "
-          f"device(s): {', '.join(written)}", file=sys.stderr)
+    print("npu-migrate-nb: " + _("{path}: exported for {servers} server(s) of {devices} device(s): {files}").format(
+        path=args.path, servers=args.servers, devices=args.devices_per_server, files=", ".join(written)),
+        file=sys.stderr)
     return EXIT_OK
 
 
@@ -133,6 +138,11 @@ def launcher_text(source: str, devices_per_server: int, servers: int) -> str:
 
 
 def readme_text(source: str, devices_per_server: int, servers: int) -> str:
+    """The job's README, in the current language when there is a template in it (``README.zh_CN.md``)."""
+    stem, extension = os.path.splitext(README_NAME)
+    translated = f"{stem}.{i18n.current()}{extension}"
+    if i18n.current() != i18n.SOURCE_LANGUAGE and os.path.exists(os.path.join(TEMPLATES, translated)):
+        return _template(translated, source, devices_per_server, servers)
     return _template(README_NAME, source, devices_per_server, servers)
 
 
@@ -168,8 +178,8 @@ def script_from(notebook: Notebook) -> Script:
         text, cell_notes = cell_text(cell)
         if cell.index == display_import_cell:
             text = text.replace("\n", "\n" + _DISPLAY_IMPORT, 1)
-            cell_notes.append(Note(cell.index, 1, "translated", "display() comes from IPython.display in a script "
-                                   "(in a notebook it is a built-in)"))
+            cell_notes.append(Note(cell.index, 1, "translated", _("display() comes from IPython.display in a script "
+                                                                  "(in a notebook it is a built-in)")))
         parts.append(text)
         notes.extend(cell_notes)
     return Script("".join(parts), sorted(notes, key=lambda note: (note.cell, note.line)))
@@ -232,34 +242,39 @@ def translate_line(text: str, cell_magic: Optional[str]) -> Tuple[Optional[str],
         return _line_magic(magic.group(1), magic.group(2), text)
     assigned = _ASSIGNED_MAGIC.match(text)
     if assigned and assigned.group(2) in ("time", "timeit", "prun"):
-        return f"{assigned.group(1)} = {assigned.group(3)}", ("kept", f"`{text}`: the statement runs, untimed")
+        return f"{assigned.group(1)} = {assigned.group(3)}", (
+            "kept", _("`{line}`: the statement runs, untimed").format(line=text))
     if _HELP.match(text):
-        return None, ("removed", f"`{text}`: help display")
-    return None, ("comment", f"`{text}`: IPython syntax with no translation, commented out; check what it did")
+        return None, ("removed", _("`{line}`: help display").format(line=text))
+    return None, ("comment", _("`{line}`: IPython syntax with no translation, commented out; check what it did")
+                  .format(line=text))
 
 
 def _python_cell_magic_note(text: str, magic: str) -> Tuple[str, str]:
     if magic == "capture":
         words = text.split()
         name = next((word for word in words[1:] if not word.startswith("-")), None)
-        output = f"; `{name}` (the captured output) is not defined in the script" if name else ""
-        return "kept", f"`{text}`: the body runs, its output is not captured{output}"
-    return "kept", f"`{text}`: removed, the body runs as is"
+        if name:
+            return "kept", _("`{line}`: the body runs, its output is not captured; `{name}` (the captured output) "
+                             "is not defined in the script").format(line=text, name=name)
+        return "kept", _("`{line}`: the body runs, its output is not captured").format(line=text)
+    return "kept", _("`{line}`: removed, the body runs as is").format(line=text)
 
 
 def _shell_line(command: str, target: Optional[str]) -> Tuple[Optional[str], Tuple[str, str]]:
     command = command.strip()
     words = command.split()
     if words and words[0] in INSTALL_COMMANDS:
-        return None, ("comment", f"`!{command}`: install on the server before the launch (every rank would "
-                      "install at once), commented out")
+        return None, ("comment", _("`{line}`: install on the server before the launch (every rank would "
+                                   "install at once), commented out").format(line="!" + command))
     literal = _command_literal(command)
     if target is None:
         return f"subprocess.run({literal}, shell=True, check=True)", (
-            "subprocess", f"`!{command}`: subprocess.run(..., shell=True, check=True): a failure stops the rank")
+            "subprocess", _("`{line}`: subprocess.run(..., shell=True, check=True): a failure stops the rank")
+            .format(line="!" + command))
     return (f"{target} = subprocess.run({literal}, shell=True, check=True, capture_output=True, "
             "text=True).stdout.splitlines()"), (
-        "subprocess", f"`{target} = !{command}`: subprocess.run(...).stdout.splitlines()")
+        "subprocess", _("`{line}`: subprocess.run(...).stdout.splitlines()").format(line=f"{target} = !{command}"))
 
 
 def _command_literal(command: str) -> str:
@@ -271,49 +286,53 @@ def _command_literal(command: str) -> str:
 
 def _line_magic(name: str, rest: str, text: str) -> Tuple[Optional[str], Tuple[str, str]]:
     if name in DISPLAY_MAGICS:
-        return None, ("removed", f"`{text}`: display or IPython setting only")
+        return None, ("removed", _("`{line}`: display or IPython setting only").format(line=text))
     if name in INSTALL_MAGICS:
-        return None, ("comment", f"`{text}`: install on the server before the launch (every rank would install "
-                      "at once), commented out")
+        return None, ("comment", _("`{line}`: install on the server before the launch (every rank would "
+                                   "install at once), commented out").format(line=text))
     if name in SHELL_MAGICS:
         return _shell_line(rest, None)
     if name in ("time", "timeit", "prun", "memit", "capture", "px"):
         return _statement_magic(name, rest, text)
     if name == "cd":
-        return f"os.chdir(os.path.expanduser({rest.strip()!r}))", ("translated", f"`{text}`: os.chdir")
+        return f"os.chdir(os.path.expanduser({rest.strip()!r}))", (
+            "translated", _("`{line}`: os.chdir").format(line=text))
     if name in ("env", "set_env"):
         return _env_magic(rest, text)
     if name == "run":
         return _run_magic(rest, text)
     if name == "pylab":
-        return "from pylab import *", ("translated", f"`{text}`: the names it imports, without the display setup")
-    return None, ("comment", f"`{text}`: no translation for %{name}, commented out; check what it did")
+        return "from pylab import *", (
+            "translated", _("`{line}`: the names it imports, without the display setup").format(line=text))
+    return None, ("comment", _("`{line}`: no translation for %{name}, commented out; check what it did")
+                  .format(line=text, name=name))
 
 
 def _statement_magic(name: str, rest: str, text: str) -> Tuple[Optional[str], Tuple[str, str]]:
     if name == "px":
         code = rest
     else:
-        _, code = _split_code_magic(text)
+        _magic, code = _split_code_magic(text)
     if not code or not code.strip():
-        return None, ("removed", f"`{text}`: nothing to run")
-    return code.strip(), ("kept", f"`{text}`: the statement runs, once, untimed")
+        return None, ("removed", _("`{line}`: nothing to run").format(line=text))
+    return code.strip(), ("kept", _("`{line}`: the statement runs, once, untimed").format(line=text))
 
 
 def _env_magic(rest: str, text: str) -> Tuple[Optional[str], Tuple[str, str]]:
     setting = re.match(r"^(\w+)(?:\s*=\s*|\s+)(.*)$", rest.strip())
     if not setting:
-        return None, ("removed", f"`{text}`: display only")
+        return None, ("removed", _("`{line}`: display only").format(line=text))
     name, value = setting.groups()
-    return f"os.environ[{name!r}] = {value.strip()!r}", ("translated", f"`{text}`: os.environ")
+    return f"os.environ[{name!r}] = {value.strip()!r}", ("translated", _("`{line}`: os.environ").format(line=text))
 
 
 def _run_magic(rest: str, text: str) -> Tuple[Optional[str], Tuple[str, str]]:
     words = rest.split()
     if len(words) != 1 or words[0].startswith("-"):
-        return None, ("comment", f"`{text}`: %run with options or arguments, commented out; run it by hand")
+        return None, ("comment", _("`{line}`: %run with options or arguments, commented out; run it by hand")
+                      .format(line=text))
     return (f"globals().update(runpy.run_path({words[0]!r}, run_name='__main__'))",
-            ("translated", f"`{text}`: runpy.run_path, its names kept as %run keeps them"))
+            ("translated", _("`{line}`: runpy.run_path, its names kept as %run keeps them").format(line=text)))
 
 
 def _translate_foreign_cell(source: str, magic: str, index: int) -> Tuple[str, List[Note]]:
@@ -326,9 +345,10 @@ def _translate_foreign_cell(source: str, magic: str, index: int) -> Tuple[str, L
         mode = "a" if "-a" in words[1:-1] or "--append" in words[1:-1] else "w"
         code = (f"with open({words[-1]!r}, {mode!r}, encoding='utf-8') as _written:  # {MARK}: {lines[first].strip()}\n"
                 f"    _written.write({body!r})\n")
-        return code, [Note(index, first + 1, "translated", f"`{lines[first].strip()}`: open(...).write of the body")]
-    note = Note(index, first + 1, "comment", f"`%%{magic}` cell: not Python, commented out; run it on the server "
-                "by hand if the job needs it")
+        return code, [Note(index, first + 1, "translated",
+                           _("`{line}`: open(...).write of the body").format(line=lines[first].strip()))]
+    note = Note(index, first + 1, "comment", _("`{magic}` cell: not Python, commented out; run it on the server "
+                                               "by hand if the job needs it").format(magic="%%" + magic))
     return _commented(source), [note]
 
 
@@ -346,16 +366,16 @@ def interactive_notes(code: str, index: int) -> List[Note]:
     try:
         tree = ast.parse(code)
     except SyntaxError as error:
-        return [Note(index, error.lineno or 1, "comment", f"the cell does not parse: {error.msg}")]
+        return [Note(index, error.lineno or 1, "comment", _("the cell does not parse: {error}").format(error=error.msg))]
     notes = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
             name = _callee_name(node.func)
             if name in INTERACTIVE_CALLS:
-                notes.append(Note(index, node.lineno, "interactive", INTERACTIVE_CALLS[name]))
+                notes.append(Note(index, node.lineno, "interactive", _(INTERACTIVE_CALLS[name])))
         elif isinstance(node, (ast.Import, ast.ImportFrom)) and _imports_widgets(node):
             notes.append(Note(index, node.lineno, "interactive",
-                              "ipywidgets need a browser: in a batch job they show nothing"))
+                              _("ipywidgets need a browser: in a batch job they show nothing")))
     return sorted(notes, key=lambda note: note.line)
 
 

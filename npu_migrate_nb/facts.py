@@ -15,6 +15,7 @@ from functools import lru_cache
 from typing import Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from . import ipython_syntax
+from .i18n import N_, _
 from .notebook import MAX_CELL_CHARS, Notebook
 
 _FUNCTION_NODES = (ast.FunctionDef, ast.AsyncFunctionDef)
@@ -84,7 +85,9 @@ class CellFacts:
 
     masked: ipython_syntax.MaskedCell
     tree: Optional[ast.Module] = None
-    error: Optional[Tuple[int, int, str]] = None  # (line, column, message) when the cell cannot be read
+    # Why the cell cannot be read: (line, column, message, its values), the message in English (facts
+    # are cached by content, for every language); ``error`` says it in the current language.
+    unreadable_because: Optional[Tuple[int, int, str, Dict[str, object]]] = field(default=None, repr=False)
     lines: List[str] = field(default_factory=list)
     names: FrozenSet[str] = frozenset()  # every word that could be an identifier or attribute
     imports: List[ImportFact] = field(default_factory=list)
@@ -94,6 +97,14 @@ class CellFacts:
     _assignments: Dict[str, List[Assignment]] = field(default_factory=dict, repr=False)
     _functions: Dict[str, ast.AST] = field(default_factory=dict, repr=False)
     _classes: Dict[str, ast.ClassDef] = field(default_factory=dict, repr=False)
+
+    @property
+    def error(self) -> Optional[Tuple[int, int, str]]:
+        """(line, column, message) when the cell cannot be read."""
+        if self.unreadable_because is None:
+            return None
+        line, column, message, values = self.unreadable_because
+        return line, column, _(message).format(**values)
 
     @property
     def is_python(self) -> bool:
@@ -168,7 +179,7 @@ def facts_for(source: str) -> CellFacts:
     """Facts for one code cell's source (cached by content)."""
     if len(source) > MAX_CELL_CHARS:
         facts = CellFacts(ipython_syntax.MaskedCell(None))
-        facts.error = (1, 1, f"cell too large to analyze ({len(source):,} characters)")
+        facts.unreadable_because = (1, 1, N_("cell too large to analyze ({count:,} characters)"), {"count": len(source)})
         return facts
     masked = ipython_syntax.mask(source)
     facts = CellFacts(masked)
@@ -179,10 +190,11 @@ def facts_for(source: str) -> CellFacts:
             warnings.simplefilter("ignore")
             facts.tree = ast.parse(masked.code)
     except SyntaxError as error:
-        facts.error = (error.lineno or 1, error.offset or 1, f"syntax error: {error.msg}")
+        facts.unreadable_because = (error.lineno or 1, error.offset or 1, N_("syntax error: {message}"),
+                                    {"message": error.msg})
         return facts
     except (ValueError, RecursionError, MemoryError) as error:
-        facts.error = (1, 1, f"cannot parse: {error}")
+        facts.unreadable_because = (1, 1, N_("cannot parse: {error}"), {"error": str(error)})
         return facts
     facts.lines = _LINE_BREAKS.split(masked.code)
     facts.names = frozenset(_IDENTIFIER.findall(masked.code))
@@ -465,7 +477,7 @@ class NotebookFacts:
                 self.cells.append((cell.index, facts))
         self.notebook_cells = list(self.cells)
         self.cells += [(index, facts_for(source)) for index, source in modules]
-        for _, facts in self.cells:
+        for _index, facts in self.cells:
             for fact in facts.imports:
                 if fact.local == "*":
                     self.star_modules.append(fact.module)
@@ -489,7 +501,7 @@ class NotebookFacts:
         cached = self._resolved.get(dotted)
         if cached is not None:
             return cached
-        head, _, rest = dotted.partition(".")
+        head, _dot, rest = dotted.partition(".")
         module = self.aliases.get(head)
         if module is not None:
             qualified = module + ("." + rest if rest else "")
@@ -556,7 +568,7 @@ class NotebookFacts:
     def bound_before(self, name: str, cell: int, line: int, function: Optional[str]) -> Optional[ast.expr]:
         """The value ``name`` was last bound to at or before (cell, line), in ``function``'s scope
         (None: a cell's top level); a tuple target's part is not known."""
-        bound = [(index, a.stmt.lineno, a.value) for index, _, a in self.assignments(name)
+        bound = [(index, a.stmt.lineno, a.value) for index, _facts, a in self.assignments(name)
                  if a.function == function and not a.tuple_target and (index, a.stmt.lineno) <= (cell, line)]
         return max(bound, key=lambda item: item[:2])[2] if bound else None
 

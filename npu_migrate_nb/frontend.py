@@ -14,6 +14,9 @@ kernel opens a comm to the target ``npu_migrate_nb`` that the lab extension regi
   still reads ``OLD``.
 * frontend -> kernel: ``{"action": "replaced", "request": R, "ok": true}`` or ``{..., "ok": false,
   "reason": "the cell changed since it was analyzed"}``.
+
+A reply to a widget also says ``"no_extension": true`` when no extension is connected (its reason is
+in the kernel's language, so the widget does not read it).
 """
 
 from __future__ import annotations
@@ -22,9 +25,11 @@ import itertools
 from typing import Callable, Dict, List, Optional
 
 from . import __version__
+from .i18n import N_, _
 
 COMM_TARGET = "npu_migrate_nb"
 Reply = Callable[[dict], None]
+NO_EXTENSION = N_("no JupyterLab extension is connected to this kernel")
 
 
 class Frontend:
@@ -50,7 +55,7 @@ class Frontend:
 
     def replace_cell(self, cell_id: str, expected: str, source: str, reply: Reply) -> None:
         if self.present is False:
-            reply({"ok": False, "reason": "no JupyterLab extension is connected to this kernel"})
+            reply({"ok": False, "reason": _(NO_EXTENSION), "no_extension": True})
             return
         self.connect()
         request = str(next(self._requests))
@@ -83,7 +88,7 @@ class Frontend:
             self._set_presence(False)
         pending, self._pending = self._pending, {}
         for reply in pending.values():
-            reply({"ok": False, "reason": "no JupyterLab extension is connected to this kernel"})
+            reply({"ok": False, "reason": _(NO_EXTENSION), "no_extension": True})
 
     def _set_presence(self, present: bool) -> None:
         self.present = present

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
+from .i18n import _
 from .notebook import Cell, Notebook
 
 KERNEL_PATH = "<kernel>"
@@ -24,7 +25,7 @@ class ExecutedCell:
 
     @property
     def label(self) -> str:
-        return f"cell [{self.execution_count}]" if self.execution_count else "this cell"
+        return _("cell [{count}]").format(count=self.execution_count) if self.execution_count else _("this cell")
 
 
 class ExecutedCells:

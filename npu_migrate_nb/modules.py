@@ -17,6 +17,7 @@ from functools import lru_cache
 from typing import Dict, Iterable, List, Optional, Tuple
 
 from .facts import ImportFact, facts_for
+from .i18n import N_, _
 from .notebook import MAX_CELL_CHARS, Notebook
 
 # Cells of modules get indices from here on: far above any notebook's cells, so that a module's
@@ -104,12 +105,13 @@ def project_modules(notebook: Notebook, base: Optional[str] = None, shown_from: 
         seen_files.add(real)
         source = _read(path)
         if source is None:
-            unseen.setdefault(name, f"{_shown(path, shown_from)} cannot be read as UTF-8 text")
+            unseen.setdefault(name, _("{path} cannot be read as UTF-8 text").format(path=_shown(path, shown_from)))
             continue
         facts = facts_for(source)
         if facts.error is not None:
-            line, _, message = facts.error
-            unseen.setdefault(name, f"{_shown(path, shown_from)} cannot be analyzed (line {line}: {message})")
+            line, _column, message = facts.error
+            unseen.setdefault(name, _("{path} cannot be analyzed (line {line}: {message})").format(
+                path=_shown(path, shown_from), line=line, message=message))
             continue
         found.append(ModuleSource(name, _shown(path, shown_from), source, MODULE_CELL_BASE + len(found)))
         pending += [(inner, maybe, os.path.dirname(path)) for inner, maybe in _imported_names(facts.imports)]
@@ -125,7 +127,7 @@ def written_modules(notebook: Notebook) -> Dict[str, Tuple[int, str]]:
     followed: that module's code is not one cell."""
     written: Dict[str, Tuple[int, str]] = {}
     for cell in notebook.code_cells:
-        first, _, body = cell.source.lstrip().partition("\n")
+        first, _newline, body = cell.source.lstrip().partition("\n")
         match = _WRITEFILE.match(first.rstrip())
         if match is not None and " -a" not in first:
             written[match.group(1)] = (cell.index, body)
@@ -161,7 +163,7 @@ def _module_file(name: str, folder: str, root: str) -> Optional[str]:
     """The file of module ``name``: relative names from ``folder``, absolute ones from ``root``."""
     level = len(name) - len(name.lstrip("."))
     base = folder if level else root
-    for _ in range(max(level - 1, 0)):
+    for _level in range(max(level - 1, 0)):
         base = os.path.dirname(base)
     parts = name.lstrip(".").split(".")
     candidate = os.path.join(base, *parts)
@@ -173,11 +175,17 @@ def _module_file(name: str, folder: str, root: str) -> Optional[str]:
     return None
 
 
-@lru_cache(maxsize=1024)
 def _why_unseen(name: str, root: str) -> str:
+    message, values = _unseen_because(name, root)
+    return _(message).format(**dict(values))
+
+
+@lru_cache(maxsize=1024)
+def _unseen_because(name: str, root: str) -> Tuple[str, Tuple[Tuple[str, str], ...]]:
+    """Why module ``name`` cannot be seen: the message in English (cached for every language) and its values."""
     top = name.split(".")[0]
     if os.path.isdir(os.path.join(root, top)) or os.path.isfile(os.path.join(root, top + ".py")):
-        return f"there is no {name.replace('.', '/')}.py in this project"
+        return N_("there is no {file} in this project"), (("file", f"{name.replace('.', '/')}.py"),)
     import importlib.util
 
     try:
@@ -185,10 +193,9 @@ def _why_unseen(name: str, root: str) -> str:
     except (ImportError, ValueError):
         installed = False
     if installed:
-        return f"{top} is an installed package, whose code is not analyzed"
-    if name == top:
-        return f"there is no {top}.py next to the notebook, and no installed package {top}"
-    return f"there is no {name.replace('.', '/')}.py next to the notebook, and no installed package {top}"
+        return N_("{package} is an installed package, whose code is not analyzed"), (("package", top),)
+    return (N_("there is no {file} next to the notebook, and no installed package {package}"),
+            (("file", f"{name.replace('.', '/')}.py"), ("package", top)))
 
 
 def _read(path: str) -> Optional[str]:

@@ -15,6 +15,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional
 
+from .i18n import _
+
 # A cell larger than this is not analyzed (it is almost always generated data, not code).
 MAX_CELL_CHARS = 1_000_000
 
@@ -70,17 +72,17 @@ def read_text(path: str) -> str:
         with open(path, "rb") as stream:
             data = stream.read()
     except FileNotFoundError:
-        raise InputError(path, "no such file") from None
+        raise InputError(path, _("no such file")) from None
     except IsADirectoryError:
-        raise InputError(path, "is a directory, not a notebook or script") from None
+        raise InputError(path, _("is a directory, not a notebook or script")) from None
     except OSError as error:
-        raise InputError(path, f"cannot read: {error.strerror or error}") from None
+        raise InputError(path, _("cannot read: {error}").format(error=error.strerror or error)) from None
     if b"\x00" in data[:8192]:
-        raise InputError(path, "binary file, not a notebook or script")
+        raise InputError(path, _("binary file, not a notebook or script"))
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as error:
-        raise InputError(path, f"not UTF-8 text (byte {error.start})") from None
+        raise InputError(path, _("not UTF-8 text (byte {position})").format(position=error.start)) from None
 
 
 def load(path: str) -> Notebook:
@@ -122,15 +124,16 @@ def loads_notebook(text: str, path: str = "<notebook>") -> Notebook:
     try:
         document = json.loads(text)
     except json.JSONDecodeError as error:
-        raise InputError(path, f"invalid JSON at line {error.lineno} column {error.colno}: {error.msg}") from None
+        raise InputError(path, _("invalid JSON at line {line} column {column}: {message}").format(
+            line=error.lineno, column=error.colno, message=error.msg)) from None
     if not isinstance(document, dict) or not ("cells" in document or "worksheets" in document):
-        raise InputError(path, "not a Jupyter notebook (no 'cells' list)")
+        raise InputError(path, _("not a Jupyter notebook (no 'cells' list)"))
     major = document.get("nbformat")
     if major != 4:
         document = _upgrade(document, path)
     cells_json = document.get("cells")
     if not isinstance(cells_json, list):
-        raise InputError(path, "not a Jupyter notebook ('cells' is not a list)")
+        raise InputError(path, _("not a Jupyter notebook ('cells' is not a list)"))
     cells = [_cell_from_json(index, cell_json, path) for index, cell_json in enumerate(cells_json)]
     return Notebook(
         path=str(path),
@@ -150,20 +153,21 @@ def _upgrade(document: Dict[str, Any], path: str) -> Dict[str, Any]:
         node = nbformat.from_dict(document)
         upgraded = nbformat.convert(node, 4)
     except Exception as error:  # nbformat raises a variety of errors for malformed input
-        raise InputError(path, f"cannot upgrade notebook format {document.get('nbformat')!r}: {error}") from None
+        raise InputError(path, _("cannot upgrade notebook format {version!r}: {error}").format(
+            version=document.get("nbformat"), error=error)) from None
     return json.loads(json.dumps(upgraded))
 
 
 def _cell_from_json(index: int, cell_json: Any, path: str) -> Cell:
     if not isinstance(cell_json, dict) or "cell_type" not in cell_json:
-        raise InputError(path, "malformed cell (no 'cell_type')", cell=index)
+        raise InputError(path, _("malformed cell (no 'cell_type')"), cell=index)
     source = cell_json.get("source", "")
     if isinstance(source, list):
         if not all(isinstance(part, str) for part in source):
-            raise InputError(path, "malformed cell source", cell=index)
+            raise InputError(path, _("malformed cell source"), cell=index)
         source = "".join(source)
     elif not isinstance(source, str):
-        raise InputError(path, "malformed cell source", cell=index)
+        raise InputError(path, _("malformed cell source"), cell=index)
     return Cell(index, str(cell_json["cell_type"]), source)
 
 
@@ -243,7 +247,9 @@ def _validate_with_nbformat(changed: Dict[str, Any], original: Dict[str, Any], p
                 nbformat.validate(original, version=4)
             except nbformat.ValidationError:
                 return  # the input was already invalid in its own way; only cell sources changed
-            raise InputError(path, f"refusing to write an invalid notebook: {error.message}") from None
+            raise InputError(
+                path, _("refusing to write an invalid notebook: {message}").format(message=error.message)
+            ) from None
 
 
 # nbformat's v4 schema files by minor version (nbformat.v4.nbbase.nbformat_schema).

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Iterator, Optional, Tuple
 
 from . import knowledge as K
 from .facts import CallSite, CellFacts, dotted_name
+from .i18n import _
 
 if TYPE_CHECKING:
     from .analysis import Context
@@ -82,11 +83,12 @@ def _unseen_name(context: "Context", cell: int, facts: CellFacts, dotted: Option
     if module is not None:
         why = _why_module_unseen(context, module)
         if why is not None:
-            return f"{dotted} comes from {module.rsplit('.', 1)[0] if module != head else module}: {why}"
+            return _("{name} comes from {module}: {reason}").format(
+                name=dotted, module=module.rsplit(".", 1)[0] if module != head else module, reason=why)
         return None
     if hops == 0:
         return None
-    for _, other_facts, assignment in reversed(list(context.facts.assignments(head))):
+    for _cell, other_facts, assignment in reversed(list(context.facts.assignments(head))):
         return _unseen(context, cell, other_facts, assignment.value, hops - 1)
     return None
 

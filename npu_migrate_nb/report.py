@@ -7,14 +7,20 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 from .analysis import Analysis
 from .findings import STEPS
+from .i18n import N_, _, ngettext
 from .notebook import Notebook
 
 _STEP_TITLES = {
-    "broadcast": "variable broadcast (变量广播)",
-    "allreduce": "gradient aggregation (梯度聚合)",
-    "shard": "dataset sharding (数据集分片)",
+    "broadcast": N_("variable broadcast (变量广播)"),
+    "allreduce": N_("gradient aggregation (梯度聚合)"),
+    "shard": N_("dataset sharding (数据集分片)"),
 }
-_STATUS_MARKS = {"present": "ok", "missing": "MISSING", "not-applicable": "n/a", "unknown": "?"}
+_STATUS_MARKS = {"present": N_("ok"), "missing": N_("MISSING"), "not-applicable": N_("n/a"), "unknown": N_("?")}
+# A step's status as the summary prints it after the step (the JSON keeps the English key).
+_STATUS_KEYS = {"present": N_("present"), "missing": N_("missing"), "not-applicable": N_("not-applicable"),
+                "unknown": N_("unknown")}
+# A finding's severity where a person reads it (the JSON, and the linter-style lines, keep the English word).
+_SEVERITIES = {"error": N_("error"), "warning": N_("warning"), "info": N_("info")}
 
 
 def finding_lines(analysis: Analysis) -> List[str]:
@@ -30,15 +36,22 @@ def finding_lines(analysis: Analysis) -> List[str]:
 
 def summary_lines(analysis: Analysis) -> List[str]:
     if not analysis.python:
-        return [f"{analysis.path}: not a Python notebook ({analysis.language}); nothing analyzed"]
+        return [_("{path}: not a Python notebook ({language}); nothing analyzed").format(
+            path=analysis.path, language=analysis.language)]
     adapter = analysis.adapter or "none"
     version = "TensorFlow 1" if analysis.tf1 else "TensorFlow 2"
-    lines = [f"{analysis.path}: framework {analysis.framework}, adapter {adapter}, {version} ({analysis.mode.reason})"]
+    lines = [_("{path}: framework {framework}, adapter {adapter}, {version} ({reason})").format(
+        path=analysis.path, framework=analysis.framework, adapter=adapter, version=version,
+        reason=analysis.mode.reason)]
     for step in STEPS:
         status = analysis.steps[step]
         reason = analysis.reasons.get(step)
-        because = f" ({reason})" if reason and analysis.framework != "none" else ""
-        lines.append(f"  {_STATUS_MARKS[status]:>7}  {_STEP_TITLES[step]}: {status}{because}")
+        title, said = _(_STEP_TITLES[step]), _(_STATUS_KEYS[status])
+        if reason and analysis.framework != "none":
+            line = _("{step}: {status} ({reason})").format(step=title, status=said, reason=reason)
+        else:
+            line = _("{step}: {status}").format(step=title, status=said)
+        lines.append(f"  {_(_STATUS_MARKS[status]):>7}  {line}")
     return lines
 
 
@@ -79,12 +92,15 @@ def _lines(text: str) -> List[str]:
 # --------------------------------------------------------------------------- one cell, in a notebook
 
 STATUS_WORDS = {"present": "present", "missing": "missing", "not-applicable": "not applicable", "unknown": "unknown"}
+_STATUS_WORDS_MARKED = {"present": N_("present"), "missing": N_("missing"), "not-applicable": N_("not applicable"),
+                        "unknown": N_("unknown")}
 _STEP_NAMES = {"broadcast": "variable broadcast", "allreduce": "gradient aggregation", "shard": "dataset sharding"}
 _STEP_HANZI = {"broadcast": "变量广播", "allreduce": "梯度聚合", "shard": "数据集分片"}
 
 
 def checklist(analysis: Analysis) -> List[Dict[str, str]]:
-    """The three steps in the words users know: name, 变量广播..., and missing / present / not applicable."""
+    """The three steps in the words users know: name, 变量广播..., and missing / present / not applicable
+    (in English, as data: ``checklist_text`` and ``checklist_html`` say them in the current language)."""
     return [
         {"step": step, "name": _STEP_NAMES[step], "hanzi": _STEP_HANZI[step],
          "status": STATUS_WORDS[analysis.steps[step]], "reason": analysis.reasons.get(step, "")}
@@ -110,10 +126,12 @@ def cell_report_text(analysis: Analysis, cell: int, label: str, labels: Optional
 
 def elsewhere_lines(analysis: Analysis, cell: int, labels: Mapping[int, str]) -> List[str]:
     others = [f for f in analysis.findings if f.cell != cell and f.severity != "info"]
-    lines = ["in other cells run so far:"] if others else []
+    lines = [_("in other cells run so far:")] if others else []
     for finding in others:
-        where = finding.path or labels.get(finding.cell, f"cell {finding.cell}")
-        lines.append(f"  {where} line {finding.line}: {finding.message} [{finding.code}]")
+        where = finding.path or (labels[finding.cell] if finding.cell in labels
+                                 else _("cell {index}").format(index=finding.cell))
+        lines.append("  " + _("{where} line {line}: {message} [{code}]").format(
+            where=where, line=finding.line, message=finding.message, code=finding.code))
     return lines
 
 
@@ -127,28 +145,34 @@ def notebook_report_text(analysis: Analysis, labels: Mapping[int, str]) -> str:
 
 def cell_section_text(analysis: Analysis, cell: int, label: str) -> List[str]:
     findings, errors = cell_findings(analysis, cell), cell_errors(analysis, cell)
-    lines = [f"npu_distribute: {label}: " + _count(findings, errors)]
+    lines = [_("npu_distribute: {label}: {summary}").format(label=label, summary=_count(findings, errors))]
     for error in errors:
-        lines.append(f"  line {error.line}:{error.column}: error: {error.message}; the cell was not analyzed")
+        lines.append("  " + _("line {line}:{column}: error: {message}; the cell was not analyzed").format(
+            line=error.line, column=error.column, message=error.message))
     for finding in findings:
-        lines.append(f"  line {finding.line}:{finding.column}: {finding.severity}: {finding.message} [{finding.code}]")
+        lines.append("  " + _("line {line}:{column}: {severity}: {message} [{code}]").format(
+            line=finding.line, column=finding.column, severity=_severity(finding.severity),
+            message=finding.message, code=finding.code))
         if finding.fix:
-            lines += [f"      fix: {fix_line}" for fix_line in finding.fix.splitlines()]
+            lines += ["      " + _("fix: {code}").format(code=fix_line) for fix_line in finding.fix.splitlines()]
     return lines
 
 
 def checklist_text(analysis: Analysis) -> List[str]:
     lines = [_checklist_heading(analysis)]
     for item in checklist(analysis):
-        because = f": {item['reason']}" if item["reason"] else ""
-        lines.append(f"  {item['status']:>14}  {item['name']} ({item['hanzi']}){because}")
+        title = _(_STEP_TITLES[item["step"]])
+        line = _("{step}: {reason}").format(step=title, reason=item["reason"]) if item["reason"] else title
+        lines.append(f"  {_status_word(analysis.steps[item['step']]):>14}  {line}")
     return lines
 
 
 def label_of(analysis: Analysis, cell: int, labels: Mapping[int, str]) -> str:
     """How a report names a cell: its label, or the file of one of the notebook's own modules."""
     module = analysis.context.module_at.get(cell) if analysis.context is not None else None
-    return module.path if module is not None else labels.get(cell, f"cell {cell}")
+    if module is not None:
+        return module.path
+    return labels[cell] if cell in labels else _("cell {index}").format(index=cell)
 
 
 def source_of(analysis: Analysis, cell: int, sources: Mapping[int, str]) -> str:
@@ -162,14 +186,24 @@ def cells_with_findings(analysis: Analysis) -> List[int]:
 
 def _count(findings, errors) -> str:
     if errors:
-        return "cannot be analyzed"
+        return _("cannot be analyzed")
     if not findings:
-        return "nothing missing or wrong here"
-    return f"{len(findings)} finding{'s' if len(findings) != 1 else ''}"
+        return _("nothing missing or wrong here")
+    return ngettext("{count} finding", "{count} findings", len(findings)).format(count=len(findings))
 
 
 def _checklist_heading(analysis: Analysis) -> str:
-    return f"the notebook so far (framework {analysis.framework}, adapter {analysis.adapter or 'none'}):"
+    return _("the notebook so far (framework {framework}, adapter {adapter}):").format(
+        framework=analysis.framework, adapter=analysis.adapter or "none")
+
+
+def _status_word(status: str) -> str:
+    """A step's status as the checklist says it: missing / present / not applicable / unknown."""
+    return _(_STATUS_WORDS_MARKED[status])
+
+
+def _severity(severity: str) -> str:
+    return _(_SEVERITIES[severity]) if severity in _SEVERITIES else severity
 
 
 _CSS = """<style>
@@ -231,8 +265,8 @@ def cell_section_html(analysis: Analysis, cell: int, source: str, label: str, wi
     if marks:
         parts.append(code_html(source, marks))
     for error in errors:
-        parts.append(f'<div class="npu-finding error">line {error.line}: {_escape(error.message)}; '
-                     "the cell was not analyzed</div>")
+        parts.append('<div class="npu-finding error">' + _("line {line}: {message}; the cell was not analyzed").format(
+            line=error.line, message=_escape(error.message)) + "</div>")
     if with_findings:
         parts += [finding_html(finding) for finding in findings]
     return "".join(parts)
@@ -250,14 +284,16 @@ def code_html(source: str, marks: Mapping[int, tuple]) -> str:
 
 def finding_html(finding) -> str:
     fix = f'<pre class="npu-fix">{_escape(finding.fix)}</pre>' if finding.fix else ""
-    return (f'<div class="npu-finding {finding.severity}">line {finding.line}: <b>{finding.severity}</b> '
-            f'{_escape(finding.message)} <span class="npu-code-name">[{finding.code}]</span>{fix}</div>')
+    said = _("line {line}: {severity} {message}").format(
+        line=finding.line, severity=f"<b>{_escape(_severity(finding.severity))}</b>", message=_escape(finding.message))
+    return (f'<div class="npu-finding {finding.severity}">{said} '
+            f'<span class="npu-code-name">[{finding.code}]</span>{fix}</div>')
 
 
 def checklist_html(analysis: Analysis) -> str:
     rows = "".join(
-        f'<tr><td>{item["name"]} ({item["hanzi"]})</td><td><span class="npu-status {step_class}">'
-        f'{item["status"]}</span>{_reason_html(item["reason"])}</td></tr>'
+        f'<tr><td>{_escape(_(_STEP_TITLES[item["step"]]))}</td><td><span class="npu-status {step_class}">'
+        f'{_escape(_status_word(step_class))}</span>{_reason_html(item["reason"])}</td></tr>'
         for item, step_class in ((item, analysis.steps[item["step"]]) for item in checklist(analysis))
     )
     return f'<div>{_escape(_checklist_heading(analysis))}</div><table class="npu-steps">{rows}</table>'

@@ -14,6 +14,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 from . import ipython_syntax
 from .analysis import Analysis
 from .findings import Edit, Finding
+from .i18n import _
 from .notebook import Notebook
 
 
@@ -98,7 +99,7 @@ def fix_notebook(notebook: Notebook, analysis: Analysis, codes: Optional[Set[str
         module_at[index].path: (module_at[index].source, sources.pop(index)) for index in list(sources) if index in module_at
     }
     failed = [(module_at[index].path if index in module_at else index, reason) for index, reason in failed]
-    failed_cells = {cell for cell, _ in failed}
+    failed_cells = {cell for cell, _reason in failed}
     applied = [
         f for f in analysis.findings
         if f.edits and (codes is None or f.code in codes)
@@ -121,16 +122,17 @@ def _written_back_into_their_cells(notebook: Notebook, module_at, sources: Dict[
 def apply_edits(source: str, edits: Sequence[Edit]) -> str:
     masked = ipython_syntax.mask(source)
     if masked.code is None:
-        raise RewriteError("not a Python cell")
+        raise RewriteError(_("not a Python cell"))
     try:
         module = cst.parse_module(masked.code)
     except cst.ParserSyntaxError as error:
-        raise RewriteError(f"libcst cannot parse the cell: {error.message}") from None
+        raise RewriteError(_("libcst cannot parse the cell: {message}").format(message=error.message)) from None
     applier = _EditApplier(edits)
     new_module = MetadataWrapper(module, unsafe_skip_copy=True).visit(applier)
     missing = applier.unapplied()
     if missing:
-        raise RewriteError(f"could not place {len(missing)} edit(s), first at line {missing[0].start[0]}")
+        raise RewriteError(_("could not place {count} edit(s), first at line {line}").format(
+            count=len(missing), line=missing[0].start[0]))
     return ipython_syntax.unmask(new_module.code, masked)
 
 
@@ -239,7 +241,7 @@ class _EditApplier(cst.CSTTransformer):
                 self.element_removals.add((edit.start, edit.end))
             else:
                 self.expression_edits[(edit.start, edit.end)].append(edit)
-            for _, start, end in edit.holes:
+            for _name, start, end in edit.holes:
                 self.hole_positions.add((start, end))
 
     def unapplied(self) -> List[Edit]:
@@ -271,7 +273,7 @@ class _EditApplier(cst.CSTTransformer):
             if edit.holes:
                 filled = {name: self.holes.get((start, end)) for name, start, end in edit.holes}
                 if any(value is None for value in filled.values()):
-                    raise RewriteError(f"a part of the edit at line {edit.start[0]} was not found")
+                    raise RewriteError(_("a part of the edit at line {line} was not found").format(line=edit.start[0]))
                 new = new.visit(_FillHoles(filled))
             if getattr(node, "lpar", None) and hasattr(new, "lpar") and not isinstance(node, cst.Tuple):
                 new = new.with_changes(lpar=node.lpar, rpar=node.rpar)
@@ -282,7 +284,7 @@ class _EditApplier(cst.CSTTransformer):
         if edit.kind == "append_element" and isinstance(node, (cst.List, cst.Tuple)):
             element = cst.Element(cst.parse_expression(edit.code))
             return node.with_changes(elements=_appended(list(node.elements), element))
-        raise RewriteError(f"cannot apply {edit.kind} to {type(node).__name__}")
+        raise RewriteError(_("cannot apply {kind} to {node}").format(kind=edit.kind, node=type(node).__name__))
 
     def _remove_elements(self, original, updated):
         kept = []

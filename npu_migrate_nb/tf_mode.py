@@ -32,6 +32,7 @@ from typing import Iterator, Optional, Tuple
 
 from . import knowledge as K
 from .facts import NPU_BRIDGE_NAMES, NPU_DEVICE_ALIAS, CallSite, CellFacts, NotebookFacts
+from .i18n import _
 
 TF1, TF2 = "tf1", "tf2"
 # HCCL's rank getters (hccl.manage.api) serve TF2 programs too: calling them says nothing of the mode.
@@ -54,49 +55,56 @@ def tensorflow_mode(facts: NotebookFacts, frameworks=()) -> Mode:
     found = _first(facts, facts.calls_to(*K.TF2_BEHAVIOUR_OFF))
     if found:
         cell, site = found
-        return Mode(TF1, f"the notebook turns TensorFlow 2 behaviour off itself ({_callee(site)}(), cell {cell})", cell)
+        return Mode(TF1, _("the notebook turns TensorFlow 2 behaviour off itself ({call}(), cell {cell})").format(
+            call=_callee(site), cell=cell), cell)
     found = _first(facts, facts.calls_to(*K.TF2_BEHAVIOUR_ON))
     if found:
         cell, site = found
-        return Mode(TF2, f"the notebook turns eager execution on itself ({_callee(site)}(), cell {cell})", cell)
+        return Mode(TF2, _("the notebook turns eager execution on itself ({call}(), cell {cell})").format(
+            call=_callee(site), cell=cell), cell)
     if _imports_the_tf2_adapter(facts):
-        return Mode(TF2, "it imports the TF2 adapter (npu_device)")
+        return Mode(TF2, _("it imports the TF2 adapter (npu_device)"))
     found = _first(facts, _tf1_only_calls(facts))
     if found:
         cell, site = found
-        return Mode(TF1, f"{_callee(site)} (cell {cell}) exists only in TensorFlow 1: TF1 code, run in graph mode", cell)
+        return Mode(TF1, _("{call} (cell {cell}) exists only in TensorFlow 1: TF1 code, run in graph mode").format(
+            call=_callee(site), cell=cell), cell)
     found = _first(facts, _tf1_calls_of_a_v1_only_notebook(facts))
     if found:
         cell, site = found
-        return Mode(TF1, f"it imports TensorFlow only as tensorflow.compat.v1 and calls TF1's API with it "
-                         f"({_callee(site)}, cell {cell}), which runs only in graph mode", cell)
+        return Mode(TF1, _("it imports TensorFlow only as tensorflow.compat.v1 and calls TF1's API with it "
+                           "({call}, cell {cell}), which runs only in graph mode").format(call=_callee(site), cell=cell),
+                    cell)
     if not facts.imports_module("npu_device"):
         if facts.imports_module("npu_bridge"):
-            return Mode(TF1, "it imports the TF1 adapter (npu_bridge)")
+            return Mode(TF1, _("it imports the TF1 adapter (npu_bridge)"))
         tf1_api = NPU_BRIDGE_NAMES - _ALSO_IN_TF2
         found = _first(facts, (entry for entry in facts.calls(*tf1_api) if entry[2].dotted in tf1_api))
         if found:
             cell, site = found
-            return Mode(TF1, f"it calls the TF1 adapter's {site.dotted} (cell {cell})", cell)
+            return Mode(TF1, _("it calls the TF1 adapter's {call} (cell {cell})").format(call=site.dotted, cell=cell),
+                        cell)
     if list(frameworks) == ["estimator"]:
         eager = _first(facts, _tf2_only_code(facts))
         if eager is None:
-            return Mode(TF1, "it trains only Estimators, which Ascend runs with the TF1 adapter (TensorFlow 1.15)")
+            return Mode(TF1, _("it trains only Estimators, which Ascend runs with the TF1 adapter (TensorFlow 1.15)"))
         cell, site = eager
-        return Mode(TF2, f"it trains Estimators and has TF2-only code ({_callee(site)}(), cell {cell})", cell)
+        return Mode(TF2, _("it trains Estimators and has TF2-only code ({call}(), cell {cell})").format(
+            call=_callee(site), cell=cell), cell)
     found = _first(facts, _compat_v1_calls(facts))
     if found:
         cell, site = found
-        return Mode(TF2, f"TF2 code with tf.compat.v1 parts ({_callee(site)}, cell {cell}), which TensorFlow 2 runs "
-                         "as they are (in graph mode where they build a graph)", cell)
-    return Mode(TF2, "no TensorFlow 1-only API in the code")
+        return Mode(TF2, _("TF2 code with tf.compat.v1 parts ({call}, cell {cell}), which TensorFlow 2 runs "
+                           "as they are (in graph mode where they build a graph)").format(call=_callee(site), cell=cell),
+                    cell)
+    return Mode(TF2, _("no TensorFlow 1-only API in the code"))
 
 
 def _first(facts: NotebookFacts, found: Iterator[Tuple[int, CellFacts, CallSite]]) -> Optional[Tuple[int, CallSite]]:
     """The first of ``found`` in notebook order, in the notebook's own cells (its modules do not
     decide its mode)."""
-    own = {index for index, _ in facts.notebook_cells}
-    first = min(((cell, site.node.lineno, site.node.col_offset, id(site), site) for cell, _, site in found
+    own = {index for index, _facts in facts.notebook_cells}
+    first = min(((cell, site.node.lineno, site.node.col_offset, id(site), site) for cell, _facts, site in found
                  if cell in own), default=None)
     return None if first is None else (first[0], first[-1])
 
@@ -104,7 +112,7 @@ def _first(facts: NotebookFacts, found: Iterator[Tuple[int, CellFacts, CallSite]
 def _imports_the_tf2_adapter(facts: NotebookFacts) -> bool:
     """``import npu_device`` (its ``compat.v1`` copy of the TF1 adapter does not count: TF2 code with a
     TF1 part imports it; the notebook's own modules do not decide)."""
-    own = {index for index, _ in facts.notebook_cells}
+    own = {index for index, _facts in facts.notebook_cells}
     if any(fact.module.split(".")[0] == "npu_device" and not fact.module.startswith("npu_device.compat")
            for index, cell_facts in facts.cells if index in own for fact in cell_facts.imports):
         return True
@@ -113,7 +121,7 @@ def _imports_the_tf2_adapter(facts: NotebookFacts) -> bool:
     # analysis.
     return any(facts.resolve(site.dotted).startswith("npu_device.")
                and not facts.resolve(site.dotted).startswith("npu_device.compat.")
-               for index, _, site in facts.all_calls(mentioning=NPU_DEVICE_ALIAS) if index in own and site.dotted)
+               for index, _facts, site in facts.all_calls(mentioning=NPU_DEVICE_ALIAS) if index in own and site.dotted)
 
 
 def _callee(site: CallSite) -> str:
@@ -123,7 +131,7 @@ def _callee(site: CallSite) -> str:
 def _written(facts: NotebookFacts, site: CallSite) -> str:
     """The callee as written, its alias expanded but not made canonical: ``tensorflow.compat.v1.Session``
     stays itself, where the analysis' canonical names read ``tensorflow.Session`` for both."""
-    head, _, rest = (site.dotted or "").partition(".")
+    head, _dot, rest = (site.dotted or "").partition(".")
     module = facts.aliases.get(head)
     if module is None:
         return site.dotted or ""

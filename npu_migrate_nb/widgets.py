@@ -21,13 +21,14 @@ from typing import Dict, List, Mapping, Optional
 import ipywidgets as W
 
 from .analysis import Analysis
+from .i18n import N_, _
 from .kernel_cells import ExecutedCells
 from .notebook import Notebook
 from .report import (_CSS, cell_findings, cells_with_findings, cell_report_html, cell_report_text, cell_section_html, checklist_html,
                      elsewhere_html, module_section_html, notebook_report_html, notebook_report_text, unified_diff)
 
-NO_FRONTEND = ("This frontend has no npu-migrate-nb extension that can edit the cell, so paste the "
-               "adapted cell below in place of the old one (or run it with %%npu_distribute --apply).")
+NO_FRONTEND = N_("This frontend has no npu-migrate-nb extension that can edit the cell, so paste the "
+                 "adapted cell below in place of the old one (or run it with %%npu_distribute --apply).")
 
 
 class _WithFallback:
@@ -54,16 +55,17 @@ class FindingFix(W.VBox):
         self.cell_id, self.old, self.new, self.frontend = cell_id, old, new, frontend
         self.title = W.HTML(title_html)
         self.status = W.HTML("")
-        self.button = W.Button(description="Apply", button_style="primary", icon="wrench",
-                               tooltip="replace the cell's text with the adapted code (Undo reverts it)")
+        self.button = W.Button(description=_("Apply"), button_style="primary", icon="wrench",
+                               tooltip=_("replace the cell's text with the adapted code (Undo reverts it)"))
         self.button.on_click(self._apply)
         self.action: Optional[W.HBox] = None
         children: List[W.Widget] = [self.title]
         if new is None:
-            note = f"not fixed automatically: {failed}" if failed else "no automatic fix: see the message"
+            note = (_("not fixed automatically: {reason}").format(reason=failed) if failed
+                    else _("no automatic fix: see the message"))
             children.append(W.HTML(f"<i>{html.escape(note)}</i>"))
         else:
-            self.action = W.HBox([self.button, _folded("diff", W.HTML(f"<pre>{html.escape(unified_diff(old, new, label))}</pre>")),
+            self.action = W.HBox([self.button, _folded(_("diff"), W.HTML(f"<pre>{html.escape(unified_diff(old, new, label))}</pre>")),
                                   self.status])
             children.append(self.action)
         super().__init__(children)
@@ -78,27 +80,28 @@ class FindingFix(W.VBox):
             self._show_paste()
             return
         self.button.disabled = True
-        self.status.value = "applying..."
+        self.status.value = html.escape(_("applying..."))
         self.frontend.replace_cell(self.cell_id, self.old, self.new, self._replied)
 
     def _replied(self, reply: Mapping[str, object]) -> None:
         if reply.get("ok"):
-            self.status.value = "<b>applied</b>: run the cell again to re-check (Undo in the editor reverts it)"
+            self.status.value = _("<b>applied</b>: run the cell again to re-check (Undo in the editor reverts it)")
             self.button.button_style = "success"
             return
-        reason = str(reply.get("reason") or "the frontend refused")
-        if "no JupyterLab extension" in reason:
+        if reply.get("no_extension"):
             self._show_paste()
             return
+        reason = str(reply.get("reason") or _("the frontend refused"))
         self.button.disabled = False
-        self.status.value = f"not applied: {html.escape(reason)}"
+        self.status.value = _("not applied: {reason}").format(reason=html.escape(reason))
 
     def _show_paste(self) -> None:
         if self.action is None:
             return
         lines = self.new.count("\n") + 2
         paste = W.Textarea(value=self.new, layout=W.Layout(width="98%", height=f"{min(30, lines) * 1.4}em"))
-        self.action.children = [_folded("the adapted cell, to paste", W.VBox([W.HTML(f"<i>{html.escape(NO_FRONTEND)}</i>"), paste]))]
+        self.action.children = [_folded(_("the adapted cell, to paste"),
+                                        W.VBox([W.HTML(f"<i>{html.escape(_(NO_FRONTEND))}</i>"), paste]))]
 
 
 def _folded(title: str, content: W.Widget) -> W.Accordion:
@@ -122,8 +125,8 @@ def finding_fixes(notebook: Notebook, analysis: Analysis, index: int, label: str
     if len(fixable) > 1:
         everything = fix_cell(notebook, analysis, index)
         if everything.source is not None:
-            rows.append(FindingFix("<b>All the fixes of this cell</b>", cell_id, old, everything.source, label,
-                                   frontend))
+            title = "<b>" + html.escape(_("All the fixes of this cell")) + "</b>"
+            rows.append(FindingFix(title, cell_id, old, everything.source, label, frontend))
     return rows
 
 
@@ -151,7 +154,7 @@ class PanelView(_WithFallback, W.VBox):
     """Every cell run so far that has findings, then the checklist."""
 
     def __init__(self, cells: ExecutedCells, analysis: Analysis, frontend=None):
-        notebook, _, _ = cells.notebook()
+        notebook, _index, _labels = cells.notebook()
         labelled = dict(cells.labelled())
         children: List[W.Widget] = []
         for index in cells_with_findings(analysis):
@@ -180,25 +183,26 @@ _PREFIX = re.compile(r"^\[ranks? ([\d,]+)\] ?(.*)$", re.DOTALL)
 class RankProgress(W.HBox):
     def __init__(self, rank: int):
         self.rank = rank
-        self.bar = W.IntProgress(value=0, min=0, max=1, description=f"rank {rank}", bar_style="info")
-        self.text = W.HTML("waiting")
+        self.bar = W.IntProgress(value=0, min=0, max=1, description=_("rank {rank}").format(rank=rank),
+                                 bar_style="info")
+        self.text = W.HTML(html.escape(_("waiting")))
         self.last: Mapping[str, object] = {}
         super().__init__([self.bar, self.text])
 
     def show(self, cells_done: int, data: Mapping[str, object]) -> None:
         self.last = data
-        parts = [f"cells done {cells_done}"]
+        parts = [_("cells done {count}").format(count=cells_done)]
         epoch, epochs = data.get("epoch"), data.get("epochs")
         step, steps = data.get("step"), data.get("steps")
         if epoch == 0:
-            parts.append("fit starting")
+            parts.append(_("fit starting"))
         elif epoch is not None:
-            parts.append(f"epoch {epoch}/{epochs or '?'}")
+            parts.append(_("epoch {epoch}/{epochs}").format(epoch=epoch, epochs=epochs or "?"))
         loss = (data.get("metrics") or {}).get("loss")
         if isinstance(loss, (int, float)):
-            parts.append(f"loss {loss:.4g}")
+            parts.append(_("loss {loss:.4g}").format(loss=loss))
         if step is not None:
-            parts.append(f"step {step}/{steps or '?'}")
+            parts.append(_("step {step}/{steps}").format(step=step, steps=steps or "?"))
             if steps:
                 self.bar.max = int(steps)
                 self.bar.value = min(int(step), int(steps))
@@ -215,11 +219,11 @@ class RunView(_WithFallback, W.VBox):
         self.outputs: Dict[int, W.Output] = {rank: W.Output() for rank in ranks}
         self.tabs = W.Tab(children=[self.outputs[rank] for rank in ranks])
         for rank in ranks:
-            self.tabs.set_title(rank, f"rank {rank}")
+            self.tabs.set_title(rank, _("rank {rank}").format(rank=rank))
         self.checks = W.HTML("")
         self.one_card = W.HTML("")  # filled in place when the one-card rerun answers
         super().__init__([W.VBox(list(self.bars.values())), self.tabs, self.checks, self.one_card])
-        self.fallback_text = f"running on {len(ranks)} simulated ranks"
+        self.fallback_text = _("running on {count} simulated ranks").format(count=len(ranks))
         self._one_card_before = getattr(session, "one_card", None)
         session.progress = self.on_progress
         self._streams = _Demux(self, "stdout"), _Demux(self, "stderr")
@@ -298,11 +302,14 @@ _ONE_CARD_COLOURS = {"fails": "#b8860b", "runs": "#d33", "unknown": "#888"}
 
 
 def _checks_html(checks) -> str:
+    # A check's name and status are data (English); sim.checks says them in the kernel's language.
+    from .sim.checks import check_label, status_label
+
     colours = {"pass": "#2a8a2a", "fail": "#d33", "not-observed": "#888", "not-applicable": "#888"}
     rows = "".join(
-        f'<tr><td>{html.escape(name)}</td><td><span style="color:#fff;background:{colours.get(check.status, "#888")};'
-        f'border-radius:3px;padding:0 6px"><b>{html.escape(check.status)}</b></span></td>'
+        f'<tr><td>{html.escape(check_label(name))}</td><td><span style="color:#fff;background:{colours.get(check.status, "#888")};'
+        f'border-radius:3px;padding:0 6px"><b>{html.escape(status_label(check.status))}</b></span></td>'
         f"<td>{html.escape(check.detail)}</td></tr>"
         for name, check in checks.items()
     )
-    return f"<table>{rows}</table>" if rows else "<i>nothing has run on the ranks yet</i>"
+    return f"<table>{rows}</table>" if rows else "<i>" + html.escape(_("nothing has run on the ranks yet")) + "</i>"

@@ -1,10 +1,17 @@
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 from npu_migrate_nb.notebook import Cell, Notebook
 from npu_migrate_nb.rules.base import CELL_SEPARATOR
+
+# The tests read our English (the source text) whatever the machine's locale; the tests of Chinese
+# choose it themselves (an environment of their own, --lang, %npu_lang, i18n.language).
+for _variable in ("LANGUAGE", "LC_ALL", "LC_MESSAGES"):
+    os.environ.pop(_variable, None)
+os.environ["LANG"] = "C.UTF-8"
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"

@@ -39,7 +39,10 @@ class JupyterApp:
         self.log_path = self.root / f"{app}.log"
         self._log = open(self.log_path, "wb")
         self._connection: Optional[http.client.HTTPConnection] = None
-        env = dict(os.environ, PYDEVD_DISABLE_FILE_VALIDATION="1")
+        # Settings (the language among them) and workspaces of its own: a test that switches the lab to
+        # Chinese changes no other lab's settings, nor the user's.
+        env = dict(os.environ, PYDEVD_DISABLE_FILE_VALIDATION="1", JUPYTERLAB_SETTINGS_DIR=str(self.root / "settings"),
+                   JUPYTERLAB_WORKSPACES_DIR=str(self.root / "workspaces"))
         if enable_extension:
             config = self.root / "config"
             config.mkdir(exist_ok=True)

@@ -177,3 +177,113 @@ def test_rank_counts_below_one_are_usage_errors(capsys):
             main(["check", str(EXAMPLES / "keras_single_card.ipynb"), "--ranks", bad])
         assert exit_info.value.code == 2
         assert "must be at least 1" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------ language
+
+HAN = re.compile(r"[\u4e00-\u9fff]")
+EXAMPLE = str(EXAMPLES / "keras_single_card.ipynb")
+
+
+def speaking_chinese(monkeypatch, lang="zh_CN.UTF-8"):
+    """The environment of a Chinese desktop: LANG only (LANGUAGE, LC_ALL and LC_MESSAGES would win over it)."""
+    for variable in ("LANGUAGE", "LC_ALL", "LC_MESSAGES"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("LANG", lang)
+
+
+def english_environment(monkeypatch):
+    speaking_chinese(monkeypatch, "C.UTF-8")
+
+
+def test_check_speaks_the_language_of_the_environment(monkeypatch, capsys):
+    speaking_chinese(monkeypatch)
+    code, out, _ = run(["check", EXAMPLE], capsys)
+    assert code == 1
+    summary = out.strip().splitlines()[-4:]
+    assert summary[0].startswith(f"{EXAMPLE}: 框架 keras，适配器 npu_device，TensorFlow 2"), summary
+    assert [" ".join(line.split()) for line in summary[1:]] == ["缺失 变量广播：缺失", "缺失 梯度聚合：缺失",
+                                                                "缺失 数据集分片：缺失"]
+    findings = [line for line in out.splitlines() if LINE.match(line)]
+    assert len(findings) == 3 and all(HAN.search(line.split(": ", 2)[2]) for line in findings), findings
+
+
+def test_lang_en_overrides_a_chinese_environment(monkeypatch, capsys):
+    english_environment(monkeypatch)
+    english = run(["check", EXAMPLE], capsys)
+    speaking_chinese(monkeypatch)
+    for argv in (["--lang", "en", "check", EXAMPLE], ["check", EXAMPLE, "--lang=en"]):
+        assert run(argv, capsys) == english
+    assert not HAN.search(english[1].replace("变量广播", "").replace("梯度聚合", "").replace("数据集分片", ""))
+    # --lang wins over the environment for one call only: the next call follows the environment again.
+    assert "缺失" in run(["check", EXAMPLE], capsys)[1]
+
+
+def test_lang_zh_cn_is_accepted_before_and_after_the_command(monkeypatch, capsys):
+    english_environment(monkeypatch)
+    before = run(["--lang", "zh-CN", "check", EXAMPLE], capsys)
+    after = run(["check", EXAMPLE, "--lang", "zh_CN"], capsys)
+    assert before == after and "适配器 npu_device" in before[1]
+
+
+def test_json_keeps_its_keys_and_codes_and_translates_its_messages(monkeypatch, capsys):
+    english_environment(monkeypatch)
+    path = str(EXAMPLES / "custom_loop_single_card.ipynb")
+    english = json.loads(run(["check", path, "--format", "json"], capsys)[1])
+    chinese = json.loads(run(["check", path, "--format", "json", "--lang", "zh_CN"], capsys)[1])
+
+    def shape(report):
+        return {key: value for key, value in report.items() if key not in ("findings", "mode_reason", "reasons")}
+
+    assert shape(english) == shape(chinese) and set(english) == set(chinese)
+    assert english["steps"] == chinese["steps"] and set(english["reasons"]) == set(chinese["reasons"])
+    assert len(english["findings"]) == len(chinese["findings"])
+    for en, zh in zip(english["findings"], chinese["findings"]):
+        assert {k: v for k, v in en.items() if k != "message"} == {k: v for k, v in zh.items() if k != "message"}
+        assert en["message"] != zh["message"] and HAN.search(zh["message"]), (en, zh)
+
+
+def test_an_unknown_language_is_a_one_line_usage_error(monkeypatch, capsys):
+    english_environment(monkeypatch)
+    for argv in (["--lang", "fr", "check", EXAMPLE], ["check", EXAMPLE, "--lang=fr"]):
+        code, out, err = run(argv, capsys)
+        assert code == 2 and out == ""
+        assert err.count("\n") == 1 and "'fr'" in err and "en, zh_CN" in err, err
+
+
+def test_the_help_is_in_the_chosen_language(monkeypatch, capsys):
+    import pytest
+
+    english_environment(monkeypatch)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--lang", "zh_CN", "check", "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert "显示本帮助信息并退出" in out and ".ipynb Notebook 或 .py 脚本" in out and "--lang {en,zh_CN}" in out
+    with pytest.raises(SystemExit):
+        main(["check", "--help"])
+    assert "show this help message and exit" in capsys.readouterr().out
+
+
+def test_fix_reports_in_the_chosen_language(monkeypatch, tmp_path, capsys):
+    english_environment(monkeypatch)
+    code, _, err = run(["fix", EXAMPLE, "-o", str(tmp_path / "out.ipynb"), "--lang", "zh_CN"], capsys)
+    assert code == 0, err
+    assert "处修复，已写入" in err and "（修复后）: 框架 keras" in err, err
+
+
+def test_export_writes_the_readme_in_the_chosen_language_and_the_script_in_english(monkeypatch, tmp_path, capsys):
+    english_environment(monkeypatch)
+    written = {}
+    for language in ("en", "zh_CN"):
+        folder = tmp_path / language
+        code, _, err = run(["export", EXAMPLE, "-o", str(folder), "--force", "--lang", language], capsys)
+        assert code == 0, err
+        written[language] = {name: (folder / name).read_text(encoding="utf-8")
+                             for name in ("train.py", "run_distributed.sh", "README.md")}
+    assert written["en"]["train.py"] == written["zh_CN"]["train.py"]
+    assert written["en"]["run_distributed.sh"] == written["zh_CN"]["run_distributed.sh"]
+    assert written["en"]["README.md"].startswith("# Training job exported from keras_single_card.ipynb")
+    assert written["zh_CN"]["README.md"].startswith("# 从 keras_single_card.ipynb 导出的训练作业")
+    for placeholder in ("@NOTEBOOK@", "@SERVERS@", "@DEVICES_PER_SERVER@", "@RANK_SIZE@", "@LAST_SERVER@"):
+        assert placeholder not in written["zh_CN"]["README.md"]

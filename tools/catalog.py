@@ -32,7 +32,7 @@ LOCALE_DIR = PACKAGE / "locale"
 LANGUAGES = ("zh_CN",)
 PYTHON_KEYWORDS = {"_": None, "N_": None, "ngettext": (1, 2)}
 TYPESCRIPT_KEYWORDS = {"__": None, "_n": (1, 2)}
-PLACEHOLDER = re.compile(r"\{[A-Za-z_][A-Za-z0-9_]*(?:![rsa])?(?::[^{}]*)?\}|%\([A-Za-z_]+\)[sdr]|%[sd]")
+PLACEHOLDER = re.compile(r"\{[A-Za-z_][A-Za-z0-9_]*(?:![rsa])?(?::[^{}]*)?\}|%\([A-Za-z_]+\)[sdr]|%[sd]|%[0-9]+")
 
 
 def po_path(language: str) -> Path:

@@ -38,9 +38,16 @@ export interface IJob {
   } | null;
 }
 
+let language = 'en';
+
+/** The lab's language (``translator.languageCode``): the server answers in it. */
+export function setLanguage(code: string): void {
+  language = code || 'en';
+}
+
 export async function requestAPI<T>(endpoint: string, init: RequestInit = {}): Promise<T> {
   const settings = ServerConnection.makeSettings();
-  const url = URLExt.join(settings.baseUrl, 'npu-migrate', endpoint);
+  const url = URLExt.join(settings.baseUrl, 'npu-migrate', endpoint) + URLExt.objectToQueryString({ lang: language });
   const response = await ServerConnection.makeRequest(url, init, settings);
   const text = await response.text();
   let data: any = text;

@@ -5,7 +5,7 @@
 import { NotebookPanel } from '@jupyterlab/notebook';
 import { Kernel, KernelMessage } from '@jupyterlab/services';
 
-import { answerReplace, IReplaceRequest, IWrite } from './logic';
+import { answerReplace, english, IReplaceRequest, ITrans, IWrite } from './logic';
 
 export const COMM_TARGET = 'npu_migrate_nb';
 export const VERSION = '0.1.0';
@@ -34,18 +34,18 @@ export function writeCells(panel: NotebookPanel, writes: IWrite[]): void {
 }
 
 /** The comm target, registered on the kernel of every notebook panel (and again when it changes). */
-export function serveKernelRequests(panel: NotebookPanel): void {
+export function serveKernelRequests(panel: NotebookPanel, trans: ITrans = english): void {
   const register = (kernel: Kernel.IKernelConnection | null | undefined) => {
     if (!kernel) {
       return;
     }
-    kernel.registerCommTarget(COMM_TARGET, (comm, open) => onOpen(panel, comm, open));
+    kernel.registerCommTarget(COMM_TARGET, (comm, open) => onOpen(panel, comm, open, trans));
   };
   register(panel.sessionContext.session?.kernel);
   panel.sessionContext.kernelChanged.connect((_, change) => register(change.newValue));
 }
 
-function onOpen(panel: NotebookPanel, comm: Kernel.IComm, open: KernelMessage.ICommOpenMsg): void {
+function onOpen(panel: NotebookPanel, comm: Kernel.IComm, open: KernelMessage.ICommOpenMsg, trans: ITrans): void {
   const data = open.content.data as { action?: string };
   if (data.action === 'hello') {
     comm.send({ action: 'hello', version: VERSION });
@@ -55,14 +55,14 @@ function onOpen(panel: NotebookPanel, comm: Kernel.IComm, open: KernelMessage.IC
     if (request.action !== 'replace-cell') {
       return;
     }
-    comm.send(replaceCell(panel, request) as any);
+    comm.send(replaceCell(panel, request, trans) as any);
   };
 }
 
-function replaceCell(panel: NotebookPanel, request: IReplaceRequest) {
+function replaceCell(panel: NotebookPanel, request: IReplaceRequest, trans: ITrans) {
   const cells = panel.content.model?.sharedModel.cells ?? [];
   const cell = cells.find(candidate => candidate.getId() === request.cell_id);
-  const { write, reply } = answerReplace(request, cell?.getSource());
+  const { write, reply } = answerReplace(request, cell?.getSource(), trans);
   if (write && cell) {
     cell.transact(() => cell.setSource(request.source));
   }

@@ -3,8 +3,10 @@
 import { ILabShell, JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
 import { ICommandPalette, ToolbarButton } from '@jupyterlab/apputils';
 import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
+import { ITranslator, nullTranslator } from '@jupyterlab/translation';
 import { LabIcon } from '@jupyterlab/ui-components';
 
+import { setLanguage } from './api';
 import { serveKernelRequests } from './apply';
 import { NpuPanel } from './panel';
 
@@ -23,31 +25,41 @@ const plugin: JupyterFrontEndPlugin<void> = {
   description: 'Find, apply and simulate the three distributed steps of Ascend NPU training.',
   autoStart: true,
   requires: [INotebookTracker, ILabShell],
-  optional: [ICommandPalette],
-  activate: (app: JupyterFrontEnd, tracker: INotebookTracker, shell: ILabShell, palette: ICommandPalette | null) => {
-    const panel = new NpuPanel(tracker);
+  optional: [ICommandPalette, ITranslator],
+  activate: (
+    app: JupyterFrontEnd,
+    tracker: INotebookTracker,
+    shell: ILabShell,
+    palette: ICommandPalette | null,
+    translator: ITranslator | null
+  ) => {
+    // Settings → Language: our words from our catalog (shipped in the Python package through the
+    // jupyterlab.locale entry point), the server's in the same language.
+    const trans = (translator ?? nullTranslator).load('npu_migrate_nb');
+    setLanguage((translator ?? nullTranslator).languageCode);
+    const panel = new NpuPanel(tracker, trans);
     panel.title.icon = npuIcon;
     shell.add(panel, 'right', { rank: 600 });
 
     app.commands.addCommand(OPEN_COMMAND, {
-      label: 'NPU Distribute: open the panel',
-      caption: 'Analyze this notebook for variable broadcast, gradient aggregation and dataset sharding',
+      label: trans.__('NPU Distribute: open the panel'),
+      caption: trans.__('Analyze this notebook for variable broadcast, gradient aggregation and dataset sharding'),
       icon: npuIcon,
       execute: () => {
         shell.activateById(panel.id);
         void panel.analyze();
       }
     });
-    palette?.addItem({ command: OPEN_COMMAND, category: 'NPU Distribute' });
+    palette?.addItem({ command: OPEN_COMMAND, category: trans.__('NPU Distribute') });
 
     const addToNotebook = (notebook: NotebookPanel) => {
       const button = new ToolbarButton({
         icon: npuIcon,
-        tooltip: 'NPU Distribute: analyze this notebook',
+        tooltip: trans.__('NPU Distribute: analyze this notebook'),
         onClick: () => void app.commands.execute(OPEN_COMMAND)
       });
       notebook.toolbar.insertItem(10, 'npuDistribute', button);
-      serveKernelRequests(notebook);
+      serveKernelRequests(notebook, trans);
     };
     tracker.forEach(addToNotebook);
     tracker.widgetAdded.connect((_, notebook) => addToNotebook(notebook));

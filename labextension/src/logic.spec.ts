@@ -1,4 +1,30 @@
-import { answerReplace, debounce, failedCellLine, findingPlace, IAnalysis, lineMarks, ONE_CARD_WORDS, oneCardLine, planApply, statusWords } from './logic';
+import {
+  answerReplace,
+  checkWords,
+  debounce,
+  english,
+  failedCellLine,
+  findingPlace,
+  IAnalysis,
+  ITrans,
+  lineMarks,
+  oneCardLine,
+  oneCardWords,
+  planApply,
+  statusWords,
+  stepName
+} from './logic';
+
+const ONE_CARD_WORDS = oneCardWords();
+
+/** A translator as JupyterLab's: a catalog of msgid -> translation, ``%1`` filled after. */
+function translator(catalog: { [msgid: string]: string }): ITrans {
+  const fill = (text: string, args: unknown[]) => text.replace(/%(\d+)/g, (_, i) => String(args[Number(i) - 1]));
+  return {
+    __: (msgid, ...args) => fill(catalog[msgid] ?? msgid, args),
+    _n: (msgid, plural, n, ...args) => fill(catalog[n === 1 ? msgid : plural] ?? (n === 1 ? msgid : plural), args)
+  };
+}
 
 const analysis = (over: Partial<IAnalysis>): IAnalysis => ({
   path: 'nb.ipynb',
@@ -104,6 +130,26 @@ describe('statusWords and debounce', () => {
       'not applicable',
       'unknown'
     ]);
+  });
+
+  it('says every word through the translator it is given', () => {
+    const zh = translator({
+      missing: '缺失',
+      'not applicable': '不适用',
+      'not observed': '未观测到',
+      'variable broadcast (变量广播)': '变量广播',
+      'cell %1 line %2': '单元格 %1 第 %2 行',
+      'cell %1 failed on ranks %2: %3': '单元格 %1 在 rank %2 上失败：%3'
+    });
+    expect(statusWords('missing', zh)).toBe('缺失');
+    expect(statusWords('not-applicable', zh)).toBe('不适用');
+    expect(checkWords('not-observed', zh)).toBe('未观测到');
+    expect(stepName('broadcast', zh)).toBe('变量广播');
+    expect(stepName('broadcast', english)).toBe('variable broadcast (变量广播)');
+    expect(findingPlace(finding(1, 2, 2, 'error', 'missing-shard'), zh)).toBe('单元格 1 第 2 行');
+    const both = [{ cell: 3, status: 'error' as const, ranks: [{ rank: 0, error: 'E: a' }, { rank: 1, error: 'E: b' }] }];
+    expect(failedCellLine(both, zh)?.text).toBe('单元格 3 在 rank 0,1 上失败：E: a');
+    expect(failedCellLine(both)?.text).toBe('cell 3 failed on ranks 0,1: E: a');
   });
 
   it('calls once after the edits stop', () => {

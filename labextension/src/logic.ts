@@ -3,6 +3,24 @@
  * how a comm request from the kernel is answered. Unit-tested with jest (logic.spec.ts).
  */
 
+/**
+ * What the panel says goes through JupyterLab's translator (``translator.load('npu_migrate_nb')``:
+ * ``__`` with ``%1``-style arguments, ``_n`` for plurals); ``english`` is what it says without one.
+ */
+export interface ITrans {
+  __(msgid: string, ...args: unknown[]): string;
+  _n(msgid: string, msgidPlural: string, n: number, ...args: unknown[]): string;
+}
+
+function fill(text: string, args: unknown[]): string {
+  return text.replace(/%(\d+)/g, (whole, index) => (Number(index) <= args.length ? String(args[Number(index) - 1]) : whole));
+}
+
+export const english: ITrans = {
+  __: (msgid, ...args) => fill(msgid, args),
+  _n: (msgid, msgidPlural, n, ...args) => fill(n === 1 ? msgid : msgidPlural, args)
+};
+
 export type StepStatus = 'missing' | 'present' | 'not-applicable' | 'unknown';
 
 export interface IFinding {
@@ -37,20 +55,55 @@ export interface IAnalysis {
   errors: ICellError[];
 }
 
-export const STEPS: Array<{ step: string; name: string; hanzi: string }> = [
-  { step: 'broadcast', name: 'variable broadcast', hanzi: '变量广播' },
-  { step: 'allreduce', name: 'gradient aggregation', hanzi: '梯度聚合' },
-  { step: 'shard', name: 'dataset sharding', hanzi: '数据集分片' }
-];
+export const STEPS = ['broadcast', 'allreduce', 'shard'];
+
+/** A step's name as the vendor's guides say it: in English with the Chinese beside it, in Chinese alone. */
+export function stepName(step: string, trans: ITrans = english): string {
+  switch (step) {
+    case 'broadcast':
+      return trans.__('variable broadcast (变量广播)');
+    case 'allreduce':
+      return trans.__('gradient aggregation (梯度聚合)');
+    default:
+      return trans.__('dataset sharding (数据集分片)');
+  }
+}
 
 /** The words users know: missing, present, not applicable, unknown. */
-export function statusWords(status: StepStatus | undefined): string {
-  return status === 'not-applicable' ? 'not applicable' : status ?? 'unknown';
+export function statusWords(status: StepStatus | undefined, trans: ITrans = english): string {
+  switch (status) {
+    case 'missing':
+      return trans.__('missing');
+    case 'present':
+      return trans.__('present');
+    case 'not-applicable':
+      return trans.__('not applicable');
+    default:
+      return trans.__('unknown');
+  }
+}
+
+/** A run-time check's result: pass, fail, not observed, not applicable. */
+export function checkWords(status: string, trans: ITrans = english): string {
+  switch (status) {
+    case 'pass':
+      return trans.__('pass');
+    case 'fail':
+      return trans.__('fail');
+    case 'not-observed':
+      return trans.__('not observed');
+    case 'not-applicable':
+      return trans.__('not applicable');
+    default:
+      return status;
+  }
 }
 
 /** Where a finding is: `cell 3 line 12`, or `model.py line 12` in one of the notebook's own modules. */
-export function findingPlace(finding: IFinding): string {
-  return finding.path ? `${finding.path} line ${finding.line}` : `cell ${finding.cell} line ${finding.line}`;
+export function findingPlace(finding: IFinding, trans: ITrans = english): string {
+  return finding.path
+    ? trans.__('%1 line %2', finding.path, finding.line)
+    : trans.__('cell %1 line %2', finding.cell, finding.line);
 }
 
 export interface IWrite {
@@ -155,19 +208,20 @@ export interface IReplaceReply {
  */
 export function answerReplace(
   request: IReplaceRequest,
-  currentText: string | undefined
+  currentText: string | undefined,
+  trans: ITrans = english
 ): { write: boolean; reply: IReplaceReply } {
   const reply = (ok: boolean, reason?: string): IReplaceReply =>
     reason === undefined
       ? { action: 'replaced', request: request.request, ok }
       : { action: 'replaced', request: request.request, ok, reason };
   if (currentText === undefined) {
-    return { write: false, reply: reply(false, 'the cell is no longer in the notebook') };
+    return { write: false, reply: reply(false, trans.__('the cell is no longer in the notebook')) };
   }
   if (trimEnd(currentText) !== trimEnd(request.expected)) {
     return {
       write: false,
-      reply: reply(false, 'the cell changed since it was analyzed: run it again')
+      reply: reply(false, trans.__('the cell changed since it was analyzed: run it again'))
     };
   }
   return { write: true, reply: reply(true) };
@@ -184,17 +238,20 @@ export interface IOneCard {
   detail: string;
 }
 
-/** The panel's words for the one-card rerun, in one place (to be translated as one). */
-export const ONE_CARD_WORDS: { [status in IOneCard['status']]: string } = {
-  running: 'rerunning the cells up to it on one card, to see whether it fails there too...',
-  fails: 'fails on one card too: not a distribution problem',
-  runs: 'runs on one card: the distributed run breaks it',
-  unknown: 'not known whether it fails on one card'
-};
+/** The panel's words for the one-card rerun, in one place (the server says the same words in its detail). */
+export function oneCardWords(trans: ITrans = english): { [status in IOneCard['status']]: string } {
+  return {
+    running: trans.__('rerunning the cells up to it on one card, to see whether it fails there too...'),
+    fails: trans.__('fails on one card too: not a distribution problem'),
+    runs: trans.__('runs on one card: the distributed run breaks it'),
+    unknown: trans.__('not known whether it fails on one card')
+  };
+}
 
 /** The one-card line: the words of its status, and what the rerun saw (from the server's detail). */
-export function oneCardLine(oneCard: IOneCard): { words: string; more: string } {
-  const words = ONE_CARD_WORDS[oneCard.status] ?? ONE_CARD_WORDS.unknown;
+export function oneCardLine(oneCard: IOneCard, trans: ITrans = english): { words: string; more: string } {
+  const allWords = oneCardWords(trans);
+  const words = allWords[oneCard.status] ?? allWords.unknown;
   const detail = (oneCard.detail ?? '').trim();
   if (oneCard.status === 'running') {
     return { words, more: '' };
@@ -203,7 +260,8 @@ export function oneCardLine(oneCard: IOneCard): { words: string; more: string } 
     const rest = detail.slice(words.length).trim(); // "(cell 3: ValueError: ...)"
     return { words, more: rest.startsWith('(') && rest.endsWith(')') ? rest.slice(1, -1) : rest };
   }
-  return { words, more: detail.replace(/^not known:\s*/, '') };
+  const notKnown = trans.__('not known:');
+  return { words, more: detail.startsWith(notKnown) ? detail.slice(notKnown.length).trim() : detail };
 }
 
 export interface ICellResult {
@@ -214,20 +272,22 @@ export interface ICellResult {
 }
 
 /** The cell that failed on the ranks, in one line: `cell 3 failed on rank 1: ValueError: ...`. */
-export function failedCellLine(cells: ICellResult[]): { cell: number; text: string } | null {
+export function failedCellLine(cells: ICellResult[], trans: ITrans = english): { cell: number; text: string } | null {
   const failed = cells.find(cell => cell.status === 'error' || cell.status === 'timeout');
   if (!failed) {
     return null;
   }
   const last = (text: string) => text.split('\n').map(line => line.trim()).filter(line => line).pop() ?? '';
   if (failed.message) {
-    return { cell: failed.cell, text: `cell ${failed.cell} failed: ${last(failed.message)}` };
+    return { cell: failed.cell, text: trans.__('cell %1 failed: %2', failed.cell, last(failed.message)) };
   }
   const erred = (failed.ranks ?? []).filter(rank => rank.error);
   const ranks = erred.map(rank => rank.rank).join(',');
-  const error = erred.length ? last(erred[0].error as string) : failed.status;
-  const where = erred.length ? ` on rank${erred.length > 1 ? 's' : ''} ${ranks}` : '';
-  return { cell: failed.cell, text: `cell ${failed.cell} failed${where}: ${error}` };
+  if (!erred.length) {
+    return { cell: failed.cell, text: trans.__('cell %1 failed: %2', failed.cell, failed.status) };
+  }
+  const text = trans._n('cell %1 failed on rank %2: %3', 'cell %1 failed on ranks %2: %3', erred.length, failed.cell, ranks, last(erred[0].error as string));
+  return { cell: failed.cell, text };
 }
 
 /** Call ``fn`` once ``wait`` ms have passed without another call. */

@@ -6,16 +6,19 @@ import { Widget } from '@lumino/widgets';
 import * as api from './api';
 import { cellSources, writeCells } from './apply';
 import {
+  checkWords,
   debounce,
   failedCellLine,
   findingPlace,
   IAnalysis,
   IFinding,
+  ITrans,
   lineMarks,
   oneCardLine,
   planApply,
   STEPS,
-  statusWords
+  statusWords,
+  stepName
 } from './logic';
 import { showMarks } from './marks';
 
@@ -57,27 +60,36 @@ export class NpuPanel extends Widget {
   private readonly stopButton: HTMLButtonElement;
   private readonly scheduleAnalysis = debounce(() => void this.analyze(), REFRESH_AFTER_EDIT_MS);
 
-  constructor(tracker: INotebookTracker) {
+  constructor(
+    tracker: INotebookTracker,
+    private readonly trans: ITrans
+  ) {
     super();
     this.id = PANEL_ID;
     this.addClass('npu-panel');
-    this.title.caption = 'NPU Distribute';
-    const analyzeButton = this.button('Analyze notebook', () => void this.analyze(), 'npu-analyze', true);
-    const applyAll = this.button('Apply all fixes', () => void this.apply(), 'npu-apply-all', true);
-    this.simulateButton = this.button('Simulate on 2 ranks', () => void this.simulate(), 'npu-simulate', true);
-    this.stopButton = this.button('Stop', () => void this.stop(), 'npu-stop');
+    this.title.caption = trans.__('NPU Distribute');
+    const analyzeButton = this.button(trans.__('Analyze notebook'), () => void this.analyze(), 'npu-analyze', true);
+    const applyAll = this.button(trans.__('Apply all fixes'), () => void this.apply(), 'npu-apply-all', true);
+    this.simulateButton = this.button(this.simulateLabel(2), () => void this.simulate(), 'npu-simulate', true);
+    this.stopButton = this.button(trans.__('Stop'), () => void this.stop(), 'npu-stop');
     this.stopButton.disabled = true;
     this.ranksInput.addEventListener('input', () => {
-      this.simulateButton.textContent = `Simulate on ${this.ranks()} ranks`;
+      this.simulateButton.textContent = this.simulateLabel(this.ranks());
     });
     this.node.append(
-      element('h2', {}, 'NPU Distribute'),
+      element('h2', {}, trans.__('NPU Distribute')),
       this.status,
       element('div', { class: 'npu-buttons' }, analyzeButton, applyAll),
       this.steps,
       this.findings,
-      element('h3', {}, 'Simulated ranks'),
-      element('div', { class: 'npu-buttons' }, this.simulateButton, element('label', {}, 'ranks ', this.ranksInput), this.stopButton),
+      element('h3', {}, trans.__('Simulated ranks')),
+      element(
+        'div',
+        { class: 'npu-buttons' },
+        this.simulateButton,
+        element('label', {}, trans.__('ranks') + ' ', this.ranksInput),
+        this.stopButton
+      ),
       this.simulation
     );
     tracker.currentChanged.connect(() => this.follow(tracker.currentWidget));
@@ -89,6 +101,10 @@ export class NpuPanel extends Widget {
     const button = element('button', { class: `jp-Button ${style} npu-button ${className}`, type: 'button' }, label);
     button.addEventListener('click', onClick);
     return button;
+  }
+
+  private simulateLabel(ranks: number): string {
+    return this.trans._n('Simulate on %1 rank', 'Simulate on %1 ranks', ranks, ranks);
   }
 
   private ranks(): number {
@@ -130,7 +146,7 @@ export class NpuPanel extends Widget {
       return;
     }
     const sources = cellSources(panel);
-    this.status.textContent = 'analyzing...';
+    this.status.textContent = this.trans.__('analyzing...');
     try {
       const analysis = await api.analyze(panel.content.model.toJSON(), panel.context.path);
       if (this.notebook !== panel) {
@@ -138,9 +154,10 @@ export class NpuPanel extends Widget {
       }
       this.analysis = analysis;
       this.analyzedSources = sources;
-      this.status.textContent = `${panel.context.path}: framework ${analysis.framework}, adapter ${analysis.adapter ?? 'none'}`;
+      const adapter = analysis.adapter ?? this.trans.__('none');
+      this.status.textContent = this.trans.__('%1: framework %2, adapter %3', panel.context.path, analysis.framework, adapter);
     } catch (error) {
-      this.status.textContent = `analysis failed: ${(error as Error).message}`;
+      this.status.textContent = this.trans.__('analysis failed: %1', (error as Error).message);
     }
     this.render();
   }
@@ -156,14 +173,16 @@ export class NpuPanel extends Widget {
       const fixed = result.notebook.cells.map(cell => sourceText(cell.source));
       const plan = planApply(cellSources(panel), analyzed, fixed);
       if (plan.stale.length) {
-        this.status.textContent = 'the notebook changed since it was analyzed: analyzed again, apply again';
+        this.status.textContent = this.trans.__('the notebook changed since it was analyzed: analyzed again, apply again');
         await this.analyze();
         return;
       }
       writeCells(panel, plan.writes);
-      this.status.textContent = `applied ${result.applied.length} fix(es) in ${plan.writes.length} cell(s)`;
+      const fixes = this.trans._n('%1 fix', '%1 fixes', result.applied.length, result.applied.length);
+      const cells = this.trans._n('%1 cell', '%1 cells', plan.writes.length, plan.writes.length);
+      this.status.textContent = this.trans.__('applied %1 in %2', fixes, cells);
     } catch (error) {
-      this.status.textContent = `apply failed: ${(error as Error).message}`;
+      this.status.textContent = this.trans.__('apply failed: %1', (error as Error).message);
       return;
     }
     await this.analyze();
@@ -198,22 +217,22 @@ export class NpuPanel extends Widget {
     this.steps.replaceChildren();
     this.findings.replaceChildren();
     if (!this.notebook) {
-      this.status.textContent = 'open a notebook to analyze it';
+      this.status.textContent = this.trans.__('open a notebook to analyze it');
     }
     if (!analysis) {
       return;
     }
-    for (const { step, name, hanzi } of STEPS) {
+    for (const step of STEPS) {
       const status = analysis.steps[step];
       this.steps.append(
         element(
           'tr',
           { 'data-step': step },
-          element('td', {}, `${name} (${hanzi})`),
+          element('td', {}, stepName(step, this.trans)),
           element(
             'td',
             {},
-            element('span', { class: `npu-step npu-step-${status}` }, statusWords(status)),
+            element('span', { class: `npu-step npu-step-${status}` }, statusWords(status, this.trans)),
             ...(analysis.reasons?.[step] ? [element('div', { class: 'npu-step-reason' }, analysis.reasons[step])] : [])
           )
         )
@@ -221,14 +240,14 @@ export class NpuPanel extends Widget {
     }
     for (const error of analysis.errors) {
       this.findings.append(
-        element('div', { class: 'npu-finding npu-error' }, `cell ${error.cell} line ${error.line}: ${error.message}`)
+        element('div', { class: 'npu-finding npu-error' }, this.trans.__('cell %1 line %2: %3', error.cell, error.line, error.message))
       );
     }
     for (const finding of analysis.findings) {
       this.findings.append(this.findingRow(finding));
     }
     if (!analysis.findings.length && !analysis.errors.length) {
-      this.findings.append(element('div', { class: 'npu-none' }, 'nothing missing or wrong'));
+      this.findings.append(element('div', { class: 'npu-none' }, this.trans.__('nothing missing or wrong')));
     }
     this.markEditors(analysis);
   }
@@ -237,22 +256,33 @@ export class NpuPanel extends Widget {
     const row = element(
       'div',
       { class: `npu-finding npu-${finding.severity}`, 'data-code': finding.code },
-      element('div', {}, element('b', {}, finding.severity), ` ${findingPlace(finding)}: ${finding.message} `, element('code', {}, `[${finding.code}]`))
+      element('div', {}, element('b', {}, this.severityWord(finding.severity)), ` ${findingPlace(finding, this.trans)}: ${finding.message} `, element('code', {}, `[${finding.code}]`))
     );
     if (finding.fix) {
       row.append(element('pre', { class: 'npu-fix' }, finding.fix));
     }
     if (finding.path) {
       // A module of the notebook's project: the notebook's model cannot write it.
-      row.append(element('div', { class: 'npu-module-note' }, `fix it with: npu-migrate-nb fix NOTEBOOK --in-place (rewrites ${finding.path})`));
+      row.append(element('div', { class: 'npu-module-note' }, this.trans.__('fix it with: npu-migrate-nb fix NOTEBOOK --in-place (rewrites %1)', finding.path)));
       return row;
     }
-    const actions = element('div', { class: 'npu-buttons' }, this.button('Go to', () => this.goTo(finding), 'npu-goto'));
+    const actions = element('div', { class: 'npu-buttons' }, this.button(this.trans.__('Go to'), () => this.goTo(finding), 'npu-goto'));
     if (finding.fix) {
-      actions.append(this.button('Apply', () => void this.apply(finding), 'npu-apply', true));
+      actions.append(this.button(this.trans.__('Apply'), () => void this.apply(finding), 'npu-apply', true));
     }
     row.append(actions);
     return row;
+  }
+
+  private severityWord(severity: string): string {
+    switch (severity) {
+      case 'error':
+        return this.trans.__('error');
+      case 'warning':
+        return this.trans.__('warning');
+      default:
+        return this.trans.__('info');
+    }
   }
 
   private markEditors(analysis: IAnalysis): void {
@@ -275,7 +305,7 @@ export class NpuPanel extends Widget {
     if (!panel || !panel.content.model || this.job) {
       return;
     }
-    this.simulation.replaceChildren(element('div', {}, 'starting the simulated ranks...'));
+    this.simulation.replaceChildren(element('div', {}, this.trans.__('starting the simulated ranks...')));
     try {
       const { id } = await api.startSimulation(panel.content.model.toJSON(), panel.context.path, this.ranks());
       this.job = id;
@@ -283,7 +313,7 @@ export class NpuPanel extends Widget {
       this.simulateButton.disabled = true;
       await this.poll(id);
     } catch (error) {
-      this.simulation.replaceChildren(element('div', { class: 'npu-error' }, `simulation failed: ${(error as Error).message}`));
+      this.simulation.replaceChildren(element('div', { class: 'npu-error' }, this.trans.__('simulation failed: %1', (error as Error).message)));
     }
   }
 
@@ -317,11 +347,19 @@ export class NpuPanel extends Widget {
   private drawJob(job: api.IJob): void {
     const progress = element('progress', { max: String(Math.max(job.cells_total, 1)), value: String(job.cells_done) });
     const parts: HTMLElement[] = [
-      element('div', { class: 'npu-job-state', 'data-state': job.state }, `${job.state}: ${job.cells_done}/${job.cells_total} cells on ${job.ranks} ranks`),
+      element('div', { class: 'npu-job-state', 'data-state': job.state }, this.trans._n(
+          '%1: %2/%3 cells on %4 rank',
+          '%1: %2/%3 cells on %4 ranks',
+          job.ranks,
+          this.stateWord(job.state),
+          job.cells_done,
+          job.cells_total,
+          job.ranks
+        )),
       progress
     ];
     for (const rank of Object.keys(job.output).sort((a, b) => Number(a) - Number(b))) {
-      const details = element('details', { class: 'npu-rank' }, element('summary', {}, `rank ${rank}`), element('pre', {}, job.output[rank]));
+      const details = element('details', { class: 'npu-rank' }, element('summary', {}, this.trans.__('rank %1', rank)), element('pre', {}, job.output[rank]));
       details.open = this.openRanks.has(rank); // redrawn every poll: keep what the user opened
       details.addEventListener('toggle', () => {
         if (details.open) {
@@ -343,8 +381,8 @@ export class NpuPanel extends Widget {
           element(
             'tr',
             { 'data-check': name },
-            element('td', {}, name),
-            element('td', {}, element('span', { class: `npu-check npu-check-${check.status}` }, check.status)),
+            element('td', {}, this.checkName(name)),
+            element('td', {}, element('span', { class: `npu-check npu-check-${check.status}` }, checkWords(check.status, this.trans))),
             element('td', {}, check.detail)
           )
         );
@@ -357,14 +395,14 @@ export class NpuPanel extends Widget {
   /** The cell that failed on the ranks and, under it, whether it fails on one card too. */
   private failedCell(job: api.IJob): HTMLElement[] {
     const oneCard = job.one_card ?? job.result?.one_card ?? null;
-    const failed = failedCellLine(job.result?.cells ?? []);
+    const failed = failedCellLine(job.result?.cells ?? [], this.trans);
     const cell = failed?.cell ?? oneCard?.cell;
     if (cell === undefined) {
       return [];
     }
-    const parts = [element('div', { class: 'npu-failed-cell', 'data-cell': String(cell) }, failed?.text ?? `cell ${cell} failed`)];
+    const parts = [element('div', { class: 'npu-failed-cell', 'data-cell': String(cell) }, failed?.text ?? this.trans.__('cell %1 failed', cell))];
     if (oneCard) {
-      const { words, more } = oneCardLine(oneCard);
+      const { words, more } = oneCardLine(oneCard, this.trans);
       const line = element('div', { class: 'npu-one-card', 'data-status': oneCard.status, title: oneCard.detail }, words);
       if (more) {
         line.append(element('div', { class: 'npu-one-card-more' }, more));
@@ -372,5 +410,28 @@ export class NpuPanel extends Widget {
       parts.push(line);
     }
     return parts;
+  }
+
+  private stateWord(state: api.IJob['state']): string {
+    switch (state) {
+      case 'starting':
+        return this.trans.__('starting');
+      case 'running':
+        return this.trans.__('running');
+      case 'done':
+        return this.trans.__('done');
+      case 'failed':
+        return this.trans.__('failed');
+      default:
+        return this.trans.__('stopped');
+    }
+  }
+
+  /** A run-time check's name: the three steps in the user's words, others as the server says them. */
+  private checkName(name: string): string {
+    if (name === 'single_card_math') {
+      return this.trans.__('single-card math');
+    }
+    return STEPS.includes(name) ? stepName(name, this.trans) : name;
   }
 }

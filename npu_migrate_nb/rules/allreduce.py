@@ -9,6 +9,7 @@ from .. import knowledge as K
 from ..facts import CallSite, CellFacts, dotted_name
 from ..findings import NEEDS_NPU_BRIDGE, NEEDS_NPU_DEVICE, Edit, Finding
 from ..analysis import is_distributed_argument
+from ..i18n import N_, _
 from .base import Example, Rule, add_argument, insert_after, keras_prefix, replace, single_target, wrap
 from .not_data_parallel import trained_agents
 from .keras_defaults import KERAS_DEFAULT_OPTIMIZER, default_optimizer_argument
@@ -16,13 +17,13 @@ from .reduction import SUM, reduction_for
 from .reduction_mismatch import wrapper_reduction_for
 
 TF1_WRAPPER = "npu_distributed_optimizer_wrapper"
-BOOSTED_TREES_REASON = (
+BOOSTED_TREES_REASON = N_(
     "boosted trees take no gradient step to aggregate: they grow trees from statistics of the batches, with no "
     "optimizer for npu_distributed_optimizer_wrapper to wrap, and the adapter does not combine those statistics "
     "(each rank grows its own trees from the data it reads)"
 )
 
-NO_OPTIMIZER_REASON = (
+NO_OPTIMIZER_REASON = N_(
     "the model_fn creates no optimizer and takes no gradient step (its train_op only counts steps): there are no "
     "gradients to aggregate"
 )
@@ -455,9 +456,9 @@ class MissingAllreduce(Rule):
 
     def prepare(self, context) -> None:
         if _trains_only_boosted_trees(context):
-            context.mark("allreduce", "not-applicable", BOOSTED_TREES_REASON)
+            context.mark("allreduce", "not-applicable", _(BOOSTED_TREES_REASON))
         elif _model_fns_take_no_gradient_step(context):
-            context.mark("allreduce", "not-applicable", NO_OPTIMIZER_REASON)
+            context.mark("allreduce", "not-applicable", _(NO_OPTIMIZER_REASON))
 
     def check(self, context) -> Iterable[Finding]:
         if context.steps["allreduce"] != "missing":
@@ -480,8 +481,8 @@ class MissingAllreduce(Rule):
         if "tf-agents" in context.frameworks and not context.tf1:  # TF1: _wrap_tf1_optimizers wraps them
             findings += self._wrap_agent_optimizers(context)
         return findings or self.unlocated(
-            context, "gradients are not aggregated across ranks, and neither the optimizer nor the gradient "
-            "computation was recognized"
+            context, _("gradients are not aggregated across ranks, and neither the optimizer nor the gradient "
+                       "computation was recognized")
         )
 
     # -- NPUOptimizer: all-reduces only with is_distributed=True
@@ -494,8 +495,8 @@ class MissingAllreduce(Rule):
                 edit = replace(cell, facts, value, "True")
             yield self.finding(
                 cell, facts, site.node,
-                f"gradients are not aggregated across ranks: {site.method} all-reduces them only with "
-                "is_distributed=True (the default is False)",
+                _("gradients are not aggregated across ranks: {method} all-reduces them only with "
+                  "is_distributed=True (the default is False)").format(method=site.method),
                 [edit],
             )
 
@@ -514,8 +515,8 @@ class MissingAllreduce(Rule):
                 cell,
                 facts,
                 site.node,
-                f"gradients are not aggregated across ranks: wrap this {site.method} with "
-                f"{TF1_WRAPPER} (all-reduce, mean) where it is created",
+                _("gradients are not aggregated across ranks: wrap this {method} with "
+                  "{wrapper} (all-reduce, mean) where it is created").format(method=site.method, wrapper=TF1_WRAPPER),
                 [_wrap_creation(cell, facts, site, TF1_WRAPPER, NEEDS_NPU_BRIDGE)],
             )
 
@@ -535,23 +536,28 @@ class MissingAllreduce(Rule):
                 elif not _reaches_tf1_optimizer(context, given):  # else _wrap_tf1_optimizers wraps it
                     yield self.finding(
                         cell, facts, given,
-                        f"gradients are not aggregated across ranks: wrap the optimizer given to {site.method} "
-                        f"with {TF1_WRAPPER} where it is created",
+                        _("gradients are not aggregated across ranks: wrap the optimizer given to {method} "
+                          "with {wrapper} where it is created").format(method=site.method, wrapper=TF1_WRAPPER),
                     )
 
     def _explicit_canned_optimizer(self, context, cell, facts, site, parameter, given) -> Finding:
-        name, _, default, learning_rate, _ = parameter
+        name, _position, default, learning_rate, _part = parameter
         string = default if given is None else given.value
         class_name = K.CANNED_OPTIMIZER_STRINGS.get(string)
-        what = f"{site.method} builds its {name} from {string!r} (learning rate {learning_rate}) unwrapped"
         if given is None:
-            what = f"{site.method} builds its default {name}, {string!r} (learning rate {learning_rate}), unwrapped"
-        message = f"gradients are not aggregated across ranks: {what}; pass it explicitly, wrapped with {TF1_WRAPPER}"
+            what = _("{method} builds its default {name}, {string!r} (learning rate {learning_rate}), unwrapped")
+        else:
+            what = _("{method} builds its {name} from {string!r} (learning rate {learning_rate}) unwrapped")
+        what = what.format(method=site.method, name=name, string=string, learning_rate=learning_rate)
+        message = _("gradients are not aggregated across ranks: {what}; pass it explicitly, wrapped with {wrapper}").format(
+            what=what, wrapper=TF1_WRAPPER)
         tensorflow = _tensorflow_of(context, site)
         if class_name is None:
-            return self.finding(cell, facts, given or site.node, message + f" (unknown optimizer {string!r})")
+            return self.finding(cell, facts, given or site.node, _("{message} (unknown optimizer {optimizer!r})").format(
+                message=message, optimizer=string))
         if "compat.v2" in tensorflow:  # the v2 export takes Keras optimizers; the TF1 adapter's are v1
-            return self.finding(cell, facts, given or site.node, message + " (a tf.keras.optimizers.legacy one)")
+            return self.finding(cell, facts, given or site.node, _("{message} (a tf.keras.optimizers.legacy one)").format(
+                message=message))
         code = f"{TF1_WRAPPER}({tensorflow}.train.{class_name}(learning_rate={learning_rate}))"
         if given is None:
             edit = add_argument(cell, facts, site.node, f"{name}={code}", [NEEDS_NPU_BRIDGE])
@@ -574,9 +580,9 @@ class MissingAllreduce(Rule):
                 if default is not None:
                     yield self.finding(
                         cell, facts, site.node,
-                        f"gradients are not aggregated across ranks: compile trains with Keras' default "
-                        f"optimizer ({KERAS_DEFAULT_OPTIMIZER}); give it explicitly, wrapped with "
-                        f"{wrapper.rsplit('.', 1)[-1]}", [default],
+                        _("gradients are not aggregated across ranks: compile trains with Keras' default "
+                          "optimizer ({optimizer}); give it explicitly, wrapped with {wrapper}").format(
+                            optimizer=KERAS_DEFAULT_OPTIMIZER, wrapper=wrapper.rsplit('.', 1)[-1]), [default],
                     )
                 continue
             found = self._compiled_optimizer_fix(context, cell, facts, site, optimizer, wrapper, needs)
@@ -585,11 +591,13 @@ class MissingAllreduce(Rule):
                 yield found
 
     def _compiled_optimizer_fix(self, context, cell, facts, site, optimizer, wrapper, needs) -> Optional[Finding]:
-        message = f"gradients are not aggregated across ranks: wrap the optimizer given to compile with {wrapper.rsplit('.', 1)[-1]}"
+        message = _("gradients are not aggregated across ranks: wrap the optimizer given to compile with {wrapper}").format(
+            wrapper=wrapper.rsplit('.', 1)[-1])
         if isinstance(optimizer, ast.Constant) and isinstance(optimizer.value, str):
             class_name = K.KERAS_OPTIMIZER_STRINGS.get(optimizer.value.lower())
             if class_name is None:
-                return self.finding(cell, facts, optimizer, message + f" (unknown optimizer {optimizer.value!r})")
+                return self.finding(cell, facts, optimizer, _("{message} (unknown optimizer {optimizer!r})").format(
+                    message=message, optimizer=optimizer.value))
             code = f"{wrapper}({keras_prefix(context)}.optimizers.{class_name}())"
             return self.finding(cell, facts, optimizer, message, [replace(cell, facts, optimizer, code, [needs])])
         extra = _reduce_reduction_argument(context, optimizer)
@@ -623,8 +631,8 @@ class MissingAllreduce(Rule):
                 )
             yield self.finding(
                 cell, facts, site.node,
-                f'gradients are not all-reduced across ranks: add {function}(..., reduction="{reduction}") '
-                f"after tape.gradient ({reason})",
+                _('gradients are not all-reduced across ranks: add {function}(..., reduction="{reduction}") '
+                  "after tape.gradient ({reason})").format(function=function, reduction=reduction, reason=reason),
                 [edit],
             )
 
@@ -637,10 +645,10 @@ class MissingAllreduce(Rule):
             optimizer = agent.optimizer
             if optimizer is None:
                 continue
-            message = (
-                f"gradients are not aggregated across ranks: wrap the optimizer given to {agent.site.method} with "
+            message = _(
+                "gradients are not aggregated across ranks: wrap the optimizer given to {method} with "
                 "npu_distributed_keras_optimizer_wrapper (the agent's train() applies its gradients through it)"
-            )
+            ).format(method=agent.site.method)
             creation = _created_before(context, optimizer.id, agent) if isinstance(optimizer, ast.Name) else None
             if creation is not None:
                 cell, facts, site = creation
@@ -656,7 +664,7 @@ class MissingAllreduce(Rule):
 def _model_fns(context) -> set:
     """The functions given to an Estimator as its model_fn, and the functions they call."""
     found = set()
-    for _, _, site in context.facts.calls_to(*K.ESTIMATORS):
+    for _unused, _unused, site in context.facts.calls_to(*K.ESTIMATORS):
         given = site.argument(0, "model_fn")
         if isinstance(given, ast.Name):
             found.add(given.id)
@@ -665,7 +673,7 @@ def _model_fns(context) -> set:
         located = context.facts.function(pending.pop())
         if located is None:
             continue
-        _, facts, node = located
+        _unused, facts, node = located
         for site in facts.calls:
             if site.function == node.name and site.dotted and "." not in site.dotted and site.dotted not in found \
                     and context.facts.function(site.dotted) is not None:
@@ -680,7 +688,7 @@ def _given_to_an_estimator(context, site: CallSite) -> bool:
 
 
 def _written(context, site: CallSite) -> str:
-    head, _, rest = (site.dotted or "").partition(".")
+    head, _unused, rest = (site.dotted or "").partition(".")
     module = context.facts.aliases.get(head)
     return (module + ("." + rest if rest else "")) if module else (site.dotted or "")
 
@@ -695,7 +703,7 @@ def _trains_only_boosted_trees(context) -> bool:
         return False
     if any(context.facts.calls("minimize", "apply_gradients", "compute_gradients")):
         return False
-    built = [context.facts.resolve(site.dotted) for _, _, site in context.facts.calls_to(*K.ESTIMATORS)]
+    built = [context.facts.resolve(site.dotted) for _unused, _unused, site in context.facts.calls_to(*K.ESTIMATORS)]
     return bool(built) and all(name in K.BOOSTED_TREES_ESTIMATORS for name in built)
 
 
@@ -706,10 +714,10 @@ def _model_fns_take_no_gradient_step(context) -> bool:
         return False
     if any(context.facts.calls("minimize", "apply_gradients", "compute_gradients", "gradients", "gradient")):
         return False
-    built = {context.facts.resolve(site.dotted) for _, _, site in context.facts.calls_to(*K.ESTIMATORS)}
+    built = {context.facts.resolve(site.dotted) for _unused, _unused, site in context.facts.calls_to(*K.ESTIMATORS)}
     if not built or not built <= {"tensorflow.estimator.Estimator", K.NPU_ESTIMATOR}:
         return False
-    train_ops = [site.keyword("train_op") for _, _, site in context.facts.calls("EstimatorSpec", "NPUEstimatorSpec")]
+    train_ops = [site.keyword("train_op") for _unused, _unused, site in context.facts.calls("EstimatorSpec", "NPUEstimatorSpec")]
     return bool(train_ops) and all(
         keyword is not None and isinstance(keyword.value, ast.Call)
         and dotted_name(keyword.value.func) is not None
@@ -726,7 +734,7 @@ def _reaches_tf1_optimizer(context, given: ast.expr) -> bool:
     name = dotted_name(given.func if isinstance(given, ast.Call) else given)
     if name is None:
         return False
-    if any(_creates_tf1_optimizer(context, a.value) for _, _, a in context.facts.assignments(name)):
+    if any(_creates_tf1_optimizer(context, a.value) for _unused, _unused, a in context.facts.assignments(name)):
         return True
     function = context.facts.function(name)
     return function is not None and _creates_tf1_optimizer(context, function[2])
@@ -782,7 +790,7 @@ def some_compile_unwrapped(context) -> bool:
     an optimizer known to be unwrapped (TF2; the step is missing then, and only those are fixed)?"""
     if "keras" not in context.frameworks or context.tf1:
         return False
-    return any(_compile_wrapped(context, cell, site) is False for cell, _, site in context.facts.calls("compile"))
+    return any(_compile_wrapped(context, cell, site) is False for cell, _unused, site in context.facts.calls("compile"))
 
 
 def _compile_wrapped(context, cell: int, site: CallSite) -> Optional[bool]:
@@ -820,7 +828,7 @@ def _creation_of(context, name: str, use: CallSite, use_cell: Optional[int] = No
     if not candidates:
         return None
     candidates.sort(key=lambda item: item[0])
-    _, cell, facts, site = candidates[-1]
+    _unused, cell, facts, site = candidates[-1]
     return cell, facts, site
 
 
@@ -841,7 +849,7 @@ def _given_to_flag_optimizers(context) -> set:
     calls (by id) and the (function, name) they are bound to. Those given to a loss-scale optimizer
     are wrapped like any other: it does not aggregate gradients."""
     given: set = set()
-    for _, _, site in context.facts.calls_to(*K.DISTRIBUTED_FLAG_OPTIMIZERS):
+    for _unused, _unused, site in context.facts.calls_to(*K.DISTRIBUTED_FLAG_OPTIMIZERS):
         inner = site.argument(0, "opt")
         if isinstance(inner, ast.Call):
             given.add(id(inner))
@@ -860,7 +868,7 @@ def _horovod_optimizer(context) -> bool:
 
 
 def _resolved_calls(context, method: str):
-    for _, _, site in context.facts.calls(method):
+    for _unused, _unused, site in context.facts.calls(method):
         resolved = context.facts.resolve(site.dotted)
         if resolved.startswith("horovod."):
             yield resolved

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, ClassVar, Iterable, List, Optional, Sequence
 from .. import ipython_syntax
 from ..facts import CellFacts, dotted_name, mentions
 from ..findings import Edit, Finding
+from ..i18n import _
 
 if TYPE_CHECKING:
     from ..analysis import Context
@@ -46,7 +47,8 @@ class Rule(abc.ABC):
 
     def unlocated(self, context: "Context", message: str) -> List[Finding]:
         """The step is missing but no place to fix it was recognized: say so at the training call; or,
-        when what would do the step comes from code that cannot be seen, the step is ``unknown``."""
+        when what would do the step comes from code that cannot be seen, the step is ``unknown``.
+        ``message`` is already in the current language (``_(...)`` at the caller)."""
         from ..origins import unseen_origin
 
         unseen = unseen_origin(context, self.step)
@@ -57,7 +59,10 @@ class Rule(abc.ABC):
         if found is None:
             return []
         cell, facts, site = found
-        return [self.finding(cell, facts, site.node, message + "; add it by hand (see the vendor's distributed guide)")]
+        return [self.finding(
+            cell, facts, site.node,
+            _("{message}; add it by hand (see the vendor's distributed guide)").format(message=message),
+        )]
 
     def finding(
         self,

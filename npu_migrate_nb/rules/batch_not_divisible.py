@@ -72,5 +72,5 @@ def _batch_sizes(context):
 
 
 def _constant(context, name: str) -> Optional[int]:
-    values = [a.value for _, _, a in context.facts.assignments(name) if a.function is None and not a.tuple_target]
+    values = [a.value for _unused, _unused, a in context.facts.assignments(name) if a.function is None and not a.tuple_target]
     return int_literal(values[-1]) if len(values) == 1 else None

@@ -8,6 +8,7 @@ from typing import Iterable, Iterator, List, Optional, Tuple
 from .. import knowledge as K
 from ..facts import CallSite, CellFacts, dotted_name, receiver_name
 from ..findings import NEEDS_NPU_BRIDGE, NEEDS_NPU_DEVICE, NEEDS_OS, Finding
+from ..i18n import _
 from .not_data_parallel import trained_agents
 from .base import (
     Example,
@@ -372,23 +373,25 @@ class MissingBroadcast(Rule):
             findings += self._agents(context)
         if findings or tf2_callback:
             return findings
-        return self.unlocated(context, "variables are not broadcast from rank 0, and no place to broadcast them was recognized")
+        return self.unlocated(
+            context, _("variables are not broadcast from rank 0, and no place to broadcast them was recognized")
+        )
 
     # -- Estimator: the broadcast hook in the training hooks
     def _estimator(self, context) -> Iterator[Finding]:
         estimators = _estimator_names(context)
         for cell, facts, site in context.facts.calls("train"):
             if estimators.get(receiver_name(site)) is False and not _hooks_broadcast(context, site):
-                yield self._hooks_finding(context, cell, facts, site, "the training call")
+                yield self._hooks_finding(context, cell, facts, site, _("the training call"))
         for cell, facts, site in context.facts.calls_to(K.TRAIN_SPEC):
             if not _hooks_broadcast(context, site) and not _trained_by_npu_estimator(context, site, estimators):
-                yield self._hooks_finding(context, cell, facts, site, "the TrainSpec")
+                yield self._hooks_finding(context, cell, facts, site, _("the TrainSpec"))
 
     # -- TF1 sessions: the hook for MonitoredTrainingSession, a broadcast run after initialization
     def _sessions(self, context) -> Iterator[Finding]:
         for cell, facts, site in context.facts.calls_to(K.MONITORED_SESSION):
             if not _hooks_broadcast(context, site):
-                yield self._hooks_finding(context, cell, facts, site, "the MonitoredTrainingSession")
+                yield self._hooks_finding(context, cell, facts, site, _("the MonitoredTrainingSession"))
         for cell, facts, site in context.facts.calls("run"):
             run = _broadcast_run(context, site)
             if run is None:
@@ -399,8 +402,8 @@ class MissingBroadcast(Rule):
             )
             yield self.finding(
                 cell, facts, site.node,
-                "variables are not broadcast from rank 0: ranks start from different weights; after "
-                "initializing them, run a broadcast of the trainable variables (hccl_ops.broadcast)",
+                _("variables are not broadcast from rank 0: ranks start from different weights; after "
+                  "initializing them, run a broadcast of the trainable variables (hccl_ops.broadcast)"),
                 [insert_after(cell, facts, site.stmt, code, [NEEDS_NPU_BRIDGE])],
             )
 
@@ -409,14 +412,14 @@ class MissingBroadcast(Rule):
         hooks_value = hooks.value if hooks is not None else None
         if context.options.broadcast_style == "hook":
             edit = _append_hook(context, cell, facts, site, hooks_value)
-            how = f"append {K.BROADCAST_HOOK_EXPR} to its hooks"
+            message = _("variables are not broadcast from rank 0: ranks start from different weights; "
+                        "append {hook} to its hooks to {where}").format(hook=K.BROADCAST_HOOK_EXPR, where=where)
         else:
             edit = _hooks_append(cell, facts, site, hooks_value)
-            how = "pass hooks=npu_hooks_append(...)"
+            message = _("variables are not broadcast from rank 0: ranks start from different weights; "
+                        "pass hooks=npu_hooks_append(...) to {where}").format(where=where)
         return self.finding(
-            cell, facts, hooks_value if hooks_value is not None else site.node,
-            f"variables are not broadcast from rank 0: ranks start from different weights; {how} to {where}",
-            [edit],
+            cell, facts, hooks_value if hooks_value is not None else site.node, message, [edit],
         )
 
     # -- Keras fit
@@ -431,8 +434,8 @@ class MissingBroadcast(Rule):
                 code = f"{context.npu}.distribute.broadcast({model}.trainable_variables)"
                 yield self.finding(
                     cell, facts, site.node,
-                    "variables are not broadcast from rank 0: ranks start from different weights; "
-                    f"call {code} once the model is built, before fit",
+                    _("variables are not broadcast from rank 0: ranks start from different weights; "
+                      "call {code} once the model is built, before fit").format(code=code),
                     [insert_before(cell, facts, site.stmt, code, [NEEDS_NPU_DEVICE])],
                 )
             else:
@@ -445,8 +448,8 @@ class MissingBroadcast(Rule):
         edit = _add_callback(cell, facts, site, first_batch_broadcast(context, model), NEEDS_NPU_DEVICE)
         return self.finding(
             cell, facts, site.node,
-            f"variables are not broadcast from rank 0, and {model} has no variables before fit (it is built "
-            "on its first batch): broadcast them after the first batch with a callback",
+            _("variables are not broadcast from rank 0, and {model} has no variables before fit (it is built "
+              "on its first batch): broadcast them after the first batch with a callback").format(model=model),
             [edit],
         )
 
@@ -455,7 +458,8 @@ class MissingBroadcast(Rule):
         edit = _add_callback(cell, facts, site, callback, NEEDS_NPU_BRIDGE)
         return self.finding(
             cell, facts, site.node,
-            f"variables are not broadcast from rank 0: add {callback} to the fit callbacks", [edit],
+            _("variables are not broadcast from rank 0: add {callback} to the fit callbacks").format(callback=callback),
+            [edit],
         )
 
     # -- TF2 custom loops: broadcast the trained variables where the model exists
@@ -478,24 +482,25 @@ class MissingBroadcast(Rule):
                     p_code = f"{context.npu}.distribute.broadcast({p_code})"
                     yield self.finding(
                         p_cell, p_facts, p_stmt,
-                        f"variables are not broadcast from rank 0: ranks start from different weights; add {p_code} "
-                        f"before {site.function} trains them",
+                        _("variables are not broadcast from rank 0: ranks start from different weights; add {code} "
+                          "before {function} trains them").format(code=p_code, function=site.function),
                         [insert_before(p_cell, p_facts, p_stmt, p_code, [NEEDS_NPU_DEVICE])],
                     )
                     continue
                 yield self.finding(  # a parameter or a local of the step function: no name to broadcast outside it
                     cell, facts, site.node,
-                    f"variables are not broadcast from rank 0, and {variables_code} is local to {site.function}: "
-                    f"broadcast the variables it stands for where they are made, once built ({context.npu}."
-                    "distribute.broadcast(...)); add it by hand",
+                    _("variables are not broadcast from rank 0, and {variables} is local to {function}: "
+                      "broadcast the variables it stands for where they are made, once built ({npu}."
+                      "distribute.broadcast(...)); add it by hand").format(
+                        variables=variables_code, function=site.function, npu=context.npu),
                 )
                 continue
             if anchor is None:
                 yield self.finding(
                     cell, facts, site.node,
-                    "variables are not broadcast from rank 0, and the training loop was not found: call "
-                    f"{code} once the model is built (after model.build(...) or a first call if it is "
-                    "built lazily), before the loop",
+                    _("variables are not broadcast from rank 0, and the training loop was not found: call "
+                      "{code} once the model is built (after model.build(...) or a first call if it is "
+                      "built lazily), before the loop").format(code=code),
                 )
                 continue
             a_cell, a_facts, a_stmt, where = anchor
@@ -504,9 +509,9 @@ class MissingBroadcast(Rule):
                 s_cell, s_facts, step, optimizer = after_first_step
                 yield self.finding(
                     s_cell, s_facts, step,
-                    f"variables are not broadcast from rank 0, and {_model_name(variables)} has no variables before "
-                    "the loop (it builds them on its first call): broadcast them after the first step, "
-                    f"when {optimizer}.iterations is 1",
+                    _("variables are not broadcast from rank 0, and {model} has no variables before "
+                      "the loop (it builds them on its first call): broadcast them after the first step, "
+                      "when {optimizer}.iterations is 1").format(model=_model_name(variables), optimizer=optimizer),
                     [insert_after(s_cell, s_facts, step, f"if {optimizer}.iterations == 1:\n    {code}",
                                   [NEEDS_NPU_DEVICE])],
                 )
@@ -514,15 +519,14 @@ class MissingBroadcast(Rule):
             edit = (insert_after if where == "after" else insert_before)(
                 a_cell, a_facts, a_stmt, code, [NEEDS_NPU_DEVICE]
             )
-            lazily = "" if where == "after" else (
-                " before the training loop (if the model is built lazily, on its first call, build it "
-                "first with model.build(input_shape), or the broadcast finds no variables)"
-            )
-            yield self.finding(
-                a_cell, a_facts, a_stmt,
-                f"variables are not broadcast from rank 0: ranks start from different weights; add {code}{lazily}",
-                [edit],
-            )
+            if where == "after":
+                message = _("variables are not broadcast from rank 0: ranks start from different weights; "
+                            "add {code}").format(code=code)
+            else:
+                message = _("variables are not broadcast from rank 0: ranks start from different weights; add {code} "
+                            "before the training loop (if the model is built lazily, on its first call, build it "
+                            "first with model.build(input_shape), or the broadcast finds no variables)").format(code=code)
+            yield self.finding(a_cell, a_facts, a_stmt, message, [edit])
 
 
     # -- TF-Agents: the agent's variables, once it is initialized
@@ -540,8 +544,8 @@ class MissingBroadcast(Rule):
             cell, facts, stmt = _agent_ready(context, agent)
             yield self.finding(
                 cell, facts, stmt,
-                f"variables are not broadcast from rank 0: ranks start from different weights; add {code} "
-                f"once {agent.name} is initialized",
+                _("variables are not broadcast from rank 0: ranks start from different weights; add {code} "
+                  "once {agent} is initialized").format(code=code, agent=agent.name),
                 [insert_after(cell, facts, stmt, code, [needs])],
             )
 
@@ -579,7 +583,7 @@ def _uses_tf2_callback(context) -> bool:
         return False
     return any(
         context.facts.resolve(site.dotted).startswith(("npu_device.", "npu_bridge."))
-        for _, _, site in context.facts.calls("NPUBroadcastGlobalVariablesCallback")
+        for _unused, _unused, site in context.facts.calls("NPUBroadcastGlobalVariablesCallback")
     ) or next(tf2_callbacks_appends(context), None) is not None
 
 
@@ -605,7 +609,7 @@ def model_built_at(context, model: str, cell: int, line: int) -> Optional[bool]:
     of ``model`` before that place: built if its constructor builds it, or if it is built, trained or
     called between that assignment and the place; None when no assignment of ``model`` is seen."""
     created = None
-    for c, _, assignment in context.facts.assignments(model):
+    for c, _unused, assignment in context.facts.assignments(model):
         if assignment.function is None and (c, assignment.stmt.lineno) < (cell, line):
             created = (c, assignment)
     if created is None:
@@ -621,18 +625,18 @@ def model_built_at(context, model: str, cell: int, line: int) -> Optional[bool]:
     # function (the training step calling the model) runs when that function does, not where it is defined.
     between = lambda c2, call: call.function is None and after_creation < (c2, call.node.lineno) < (cell, line)  # noqa: E731
     for method in _BUILDING_METHODS:
-        for c2, _, call in context.facts.calls(method):
+        for c2, _unused, call in context.facts.calls(method):
             if call.dotted == f"{model}.{method}" and between(c2, call):
                 return True
-    for c2, _, call in context.facts.calls(model.rsplit(".", 1)[-1]):
+    for c2, _unused, call in context.facts.calls(model.rsplit(".", 1)[-1]):
         if call.dotted == model and between(c2, call):
             return True
-    for c2, _, call in context.facts.calls("add"):
+    for c2, _unused, call in context.facts.calls("add"):
         if call.dotted == f"{model}.add" and between(c2, call) and call.node.args and \
                 _gives_input_shape(context, call.node.args[0]):
             return True  # Sequential().add(Conv2D(..., input_shape=...)): built from that layer on
     for function in _notebook_functions(context):
-        for c2, _, call in context.facts.calls(function):
+        for c2, _unused, call in context.facts.calls(function):
             if call.dotted == function and between(c2, call) and _calls_model(context, function, model):
                 return True  # a training step run at the top level (train_step(x, y)): the model was called in it
     return False
@@ -642,7 +646,7 @@ def _notebook_functions(context) -> List[str]:
     """The names of the functions the notebook defines (once per analysis)."""
     names = getattr(context, "_notebook_functions", None)
     if names is None:
-        names = sorted({name for _, facts in context.facts.cells for name in facts.functions})
+        names = sorted({name for _unused, facts in context.facts.cells for name in facts.functions})
         context._notebook_functions = names
     return names
 
@@ -653,7 +657,7 @@ def _calls_model(context, function: str, model: str, depth: int = 4) -> bool:
     found = context.facts.function(function)
     if found is None or depth == 0:
         return False
-    _, facts, node = found
+    _unused, facts, node = found
     for site in facts.calls:
         if site.function != function:
             continue
@@ -674,7 +678,7 @@ def _gives_input_shape(context, layer: ast.expr) -> bool:
     """Is ``layer`` (a call, or a name bound to one at the top level) a Keras input layer, or a layer
     given its input shape?"""
     if isinstance(layer, ast.Name):
-        bound = [a.value for _, _, a in context.facts.assignments(layer.id) if a.function is None]
+        bound = [a.value for _unused, _unused, a in context.facts.assignments(layer.id) if a.function is None]
         layer = bound[-1] if bound else layer
     if not isinstance(layer, ast.Call):
         return False
@@ -691,7 +695,7 @@ def _is_variable_initialization(context, node: ast.AST) -> bool:
             return True
         if isinstance(child, ast.Name) and any(
             isinstance(a.value, ast.Call) and context.facts.resolve(dotted_name(a.value.func)) in K.VARIABLE_INITIALIZERS
-            for _, _, a in context.facts.assignments(child.id)
+            for _unused, _unused, a in context.facts.assignments(child.id)
         ):
             return True
     return False
@@ -754,7 +758,7 @@ def _branch_holding(branches, stmt: ast.stmt):
 def _trained_by_npu_estimator(context, site: CallSite, estimators: dict) -> bool:
     """Is this TrainSpec given to ``train_and_evaluate`` with an NPUEstimator (which broadcasts)?"""
     spec_name = _target_of(site)
-    for _, _, call in context.facts.calls_to(K.TRAIN_AND_EVALUATE):
+    for _unused, _unused, call in context.facts.calls_to(K.TRAIN_AND_EVALUATE):
         spec = call.argument(1, "train_spec")
         given = spec is site.node or (
             spec_name is not None and isinstance(spec, ast.Name) and spec.id == spec_name
@@ -777,10 +781,10 @@ def _hooks_broadcast(context, site: CallSite) -> bool:
         return True
     if isinstance(hooks.value, ast.Name):
         name = hooks.value.id
-        for _, _, assignment in context.facts.assignments(name):
+        for _unused, _unused, assignment in context.facts.assignments(name):
             if _mentions_broadcast(context, assignment.value):
                 return True
-        for _, _, call in context.facts.calls("append", "extend", "insert"):
+        for _unused, _unused, call in context.facts.calls("append", "extend", "insert"):
             if call.dotted == f"{name}.{call.method}" and any(_mentions_broadcast(context, a) for a in call.node.args):
                 return True
     return False
@@ -876,7 +880,7 @@ def _after_first_update(context, cell, facts, gradient: CallSite, variables: ast
     if not updates or not isinstance(updates[0].receiver, ast.Name):
         return None
     optimizer = updates[0].receiver.id
-    created = [a.value for _, _, a in context.facts.assignments(optimizer) if isinstance(a.value, ast.Call)]
+    created = [a.value for _unused, _unused, a in context.facts.assignments(optimizer) if isinstance(a.value, ast.Call)]
     if not created or context.facts.resolve(dotted_name(created[-1].func)) not in K.KERAS_OPTIMIZERS:
         return None  # a tf.compat.v1 optimizer has no ``iterations``
     found = _top_level_call(context, cell, facts, updates[0])
@@ -909,7 +913,7 @@ def _as_passed_at_the_top_level(context, cell, facts, site: CallSite, variables:
         given = call.argument(position, root.id)
         if not isinstance(given, ast.Name):
             continue
-        bound = [a for _, _, a in context.facts.assignments(given.id) if a.function is None]
+        bound = [a for _unused, _unused, a in context.facts.assignments(given.id) if a.function is None]
         if bound and not all(_makes_a_tensor(context, a.value) for a in bound):
             code = ".".join([given.id, *reversed(chain)])
             return c_cell, c_facts, top_level_statement(c_facts, call.stmt), code
@@ -938,7 +942,7 @@ def _local_to_the_function(context, facts: CellFacts, site: CallSite, variables:
     function = facts.functions.get(site.function) if site.function else None
     if not isinstance(root, ast.Name) or function is None:
         return False
-    if any(a.function is None for _, _, a in context.facts.assignments(root.id)) or root.id in context.facts.aliases:
+    if any(a.function is None for _unused, _unused, a in context.facts.assignments(root.id)) or root.id in context.facts.aliases:
         return False
     arguments = function.args
     parameters = {a.arg for a in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs,
@@ -982,7 +986,7 @@ def model_is_built_by(context, call: ast.Call) -> bool:
 def _subclass_built_in_init(context, class_name: str) -> bool:
     """A notebook's Keras model class whose ``__init__`` makes only built models (``self.encoder =
     tf.keras.Sequential([InputLayer(...), ...])``, as tensorflow.org's VAE): built at construction."""
-    for _, facts in context.facts.cells_mentioning(class_name):
+    for _unused, facts in context.facts.cells_mentioning(class_name):
         cls = facts.classes.get(class_name)
         if cls is None:
             continue
@@ -1015,7 +1019,7 @@ def _helper_returns_built_model(context, call: ast.Call) -> bool:
     found = context.facts.function(call.func.id)
     if found is None:
         return False
-    _, helper_facts, function = found
+    _unused, helper_facts, function = found
     returns = [node.value for node in ast.walk(function) if isinstance(node, ast.Return) and node.value is not None]
     for value in returns:
         if isinstance(value, ast.Name):
@@ -1043,7 +1047,7 @@ def _top_level_call(context, cell, facts, site: CallSite):
     if site.function is None:
         return cell, facts, site
     seen, frontier = {site.function}, [site.function]
-    for _ in range(4):
+    for _unused in range(4):
         callers = []
         for function in frontier:
             for c_cell, c_facts, caller in _uses_of_function(context, function):
@@ -1067,7 +1071,7 @@ def _uses_of_function(context, name: str):
 def _horovod_broadcast(context) -> bool:
     if not context.facts.imports_module("horovod"):
         return False
-    for _, _, site in context.facts.all_calls():
+    for _unused, _unused, site in context.facts.all_calls():
         resolved = context.facts.resolve(site.dotted)
         if resolved.startswith("horovod.") and "roadcast" in resolved:
             return True

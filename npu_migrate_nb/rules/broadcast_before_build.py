@@ -7,6 +7,7 @@ from typing import Iterable, Iterator
 
 from ..facts import dotted_name
 from ..findings import Finding
+from ..i18n import _
 from .base import Example, Rule
 from .broadcast import model_built_at
 
@@ -70,8 +71,9 @@ class BroadcastBeforeBuild(Rule):
             if _unbuilt_at(context, model, cell, site.node.lineno):
                 yield self.finding(
                     cell, facts, site.node,
-                    f"{model} has no variables yet here (it is built on first call), so this broadcast "
-                    f"syncs nothing: call {model}.build(input_shape) first, or broadcast after the model is built",
+                    _("{model} has no variables yet here (it is built on first call), so this broadcast "
+                      "syncs nothing: call {model}.build(input_shape) first, or broadcast after the model is built"
+                      ).format(model=model),
                 )
 
 
@@ -79,7 +81,7 @@ def _unbuilt_at(context, model: str, cell: int, line: int) -> bool:
     """Is ``model`` a Keras model created, but not built, before (cell, line)?"""
     if model_built_at(context, model, cell, line) is not False:
         return False
-    created = [a for c, _, a in context.facts.assignments(model) if a.function is None and (c, a.stmt.lineno) < (cell, line)]
+    created = [a for c, _unused, a in context.facts.assignments(model) if a.function is None and (c, a.stmt.lineno) < (cell, line)]
     return isinstance(created[-1].value, ast.Call) and _is_keras_model(context, created[-1].value)
 
 
@@ -88,7 +90,7 @@ def _is_keras_model(context, call: ast.Call) -> bool:
     if name.startswith("tensorflow.keras."):
         return True
     if isinstance(call.func, ast.Name):
-        for _, facts in context.facts.cells:
+        for _unused, facts in context.facts.cells:
             cls = facts.classes.get(call.func.id) if call.func.id in facts.names else None
             if cls is not None:
                 return any(

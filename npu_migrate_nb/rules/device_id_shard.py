@@ -8,6 +8,7 @@ from typing import Iterable, List
 
 from .. import knowledge as K
 from ..findings import NEEDS_OS, Edit, Finding
+from ..i18n import _
 from ..ranks import DEVICE, RANK, ShardUse, shard_uses, unjudged_shards
 from .base import Example, Rule, replace
 
@@ -89,9 +90,9 @@ class DeviceIdShard(Rule):
             use = unjudged[0]
             context.mark(
                 "shard", "unknown",
-                f"the shard index `{use.facts.segment(use.index)}` (cell {use.cell}) comes from a value "
-                "that cannot be seen here (a flag, a parameter, a launcher's variable): check that it is "
-                "RANK_ID and the count RANK_SIZE",
+                _("the shard index `{index}` (cell {cell}) comes from a value "
+                  "that cannot be seen here (a flag, a parameter, a launcher's variable): check that it is "
+                  "RANK_ID and the count RANK_SIZE").format(index=use.facts.segment(use.index), cell=use.cell),
             )
 
     def check(self, context) -> Iterable[Finding]:
@@ -105,20 +106,27 @@ class DeviceIdShard(Rule):
 
     def _finding(self, use: ShardUse) -> Finding:
         edits: List[Edit] = []
+        count_too = use.counts_devices and use.count is not None
         if use.by == DEVICE:
             edits.append(replace(use.cell, use.facts, use.index, K.RANK_ID_EXPR, [NEEDS_OS]))
-            message = (
-                f"the shard index `{use.facts.segment(use.index)}` holds a device id (DEVICE_ID, ASCEND_DEVICE_ID "
-                "or the local rank), the rank on one server only: beyond one server (8 chips) device ids start "
-                "again at 0, so two servers read the same part; take RANK_ID"
-            )
+            if count_too:
+                message = _(
+                    "the shard index `{index}` holds a device id (DEVICE_ID, ASCEND_DEVICE_ID "
+                    "or the local rank), the rank on one server only: beyond one server (8 chips) device ids start "
+                    "again at 0, so two servers read the same part; take RANK_ID, and RANK_SIZE for the count, "
+                    "not the chips of one server"
+                ).format(index=use.facts.segment(use.index))
+            else:
+                message = _(
+                    "the shard index `{index}` holds a device id (DEVICE_ID, ASCEND_DEVICE_ID "
+                    "or the local rank), the rank on one server only: beyond one server (8 chips) device ids start "
+                    "again at 0, so two servers read the same part; take RANK_ID"
+                ).format(index=use.facts.segment(use.index))
         else:
-            message = (
-                f"the shard count `{use.facts.segment(use.count)}` is the chips of one server, not the rank "
+            message = _(
+                "the shard count `{count}` is the chips of one server, not the rank "
                 "count: beyond one server the ranks from that count on have no part (an error); take RANK_SIZE"
-            )
-        if use.counts_devices and use.count is not None:
+            ).format(count=use.facts.segment(use.count))
+        if count_too:
             edits.append(replace(use.cell, use.facts, use.count, K.RANK_SIZE_EXPR, [NEEDS_OS]))
-            if use.by == DEVICE:
-                message += ", and RANK_SIZE for the count, not the chips of one server"
         return self.finding(use.cell, use.facts, use.node, message, edits)

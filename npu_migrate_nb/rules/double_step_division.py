@@ -7,6 +7,7 @@ from typing import Iterable, Iterator
 
 from ..findings import Finding
 from .. import knowledge as K
+from ..i18n import _
 from .base import Example, Rule, rank_size_mention, replace
 
 STEP_KEYWORDS = ("max_steps", "steps", "steps_per_epoch")
@@ -70,8 +71,9 @@ class DoubleStepDivision(Rule):
                     continue
                 yield self.finding(
                     cell, facts, value,
-                    f"{keyword.arg} is divided by the rank size: the global batch is already split across "
-                    f"ranks, so each rank must run all {facts.segment(value.left)} steps",
+                    _("{keyword} is divided by the rank size: the global batch is already split across "
+                      "ranks, so each rank must run all {steps} steps").format(
+                        keyword=keyword.arg, steps=facts.segment(value.left)),
                     [replace(cell, facts, value, facts.segment(value.left))],
                 )
 
@@ -80,11 +82,11 @@ def batch_is_split(context) -> bool:
     """Is the global batch split across ranks (shard_and_rebatch_dataset, or a batch divided by the rank size)?"""
     if any(context.facts.calls_to(K.SHARD_AND_REBATCH)):
         return True
-    for _, _, site in context.facts.calls(*K.BATCH_METHODS):
+    for _unused, _unused, site in context.facts.calls(*K.BATCH_METHODS):
         size = site.argument(0, "batch_size")
         if size is not None and (rank_size_mention(size, context) or _is_rank_batch_name(size)):
             return True
-    for _, _, site in context.facts.calls("fit"):
+    for _unused, _unused, site in context.facts.calls("fit"):
         keyword = site.keyword("batch_size")
         if keyword is not None and rank_size_mention(keyword.value, context):
             return True

@@ -15,6 +15,7 @@ from typing import Iterable, Iterator, Optional
 
 from ..facts import CallSite, CellFacts, dotted_name, mentions, receiver_name
 from ..findings import NEEDS_OS, Finding
+from ..i18n import N_, _
 from .base import Example, Rule, guard, guard_span, rank_test_around, replace, replace_with
 
 RANK_ZERO = "int(os.getenv('RANK_ID', '0')) == 0"
@@ -58,7 +59,7 @@ _SAVE_PATHS = {"save": (0, "filepath"), "save_weights": (0, "filepath"), "write"
 # Calls that read back what a save wrote, with the position of their path.
 _READS = {"tensorflow.keras.models.load_model": 0, "tensorflow.saved_model.load": 0, "load_weights": 0}
 # A directory of its own for each process that makes it: every rank writes in a folder of its own.
-_OWN_COPY = "(rank 0 where the notebook said, the others beside it as rank_R_<name>)"
+_OWN_COPY = N_("(rank 0 where the notebook said, the others beside it as rank_R_<name>)")
 _PER_PROCESS_DIRS = frozenset({"tempfile.mkdtemp", "tempfile.TemporaryDirectory", "tempfile.mkstemp",
                                "tempfile.NamedTemporaryFile"})
 
@@ -225,8 +226,9 @@ class EveryRankWrites(Rule):
             arguments = facts.segment(path) + (f", {facts.segment(mode)}" if mode is not None else "")
             yield self.finding(
                 cell, facts, site.node,
-                f"every rank runs this {site.method} on the same folder: on one server the ranks share its disk, and "
-                "the second to get there raises FileExistsError; os.makedirs(..., exist_ok=True) lets every rank through",
+                _("every rank runs this {function} on the same folder: on one server the ranks share its disk, and "
+                  "the second to get there raises FileExistsError; os.makedirs(..., exist_ok=True) lets every rank "
+                  "through").format(function=site.method),
                 [replace(cell, facts, site.node, f"os.makedirs({arguments}, exist_ok=True)", [NEEDS_OS])],
             )
 
@@ -246,26 +248,30 @@ class EveryRankWrites(Rule):
                 b_cell, b_facts, b_path = builder
                 if mentions(b_path, ("RANK", "rank")):
                     continue
-                message = (f"every rank runs this {what} into the same folder, and SavedModelBuilder refuses a folder that "
-                           "exists (the second rank raises 'Export directory ... already exists'): each rank exports "
-                           f"its own copy {_OWN_COPY}")
+                message = _("every rank runs this {writer} into the same folder, and SavedModelBuilder refuses a folder "
+                            "that exists (the second rank raises 'Export directory ... already exists'): each rank "
+                            "exports its own copy {own_copy}").format(writer=what, own_copy=_(_OWN_COPY))
                 yield self.finding(cell, facts, site.node, message, [_per_rank_file(b_cell, b_facts, b_path)])
                 continue
             reads = _reads_back(context, facts, site, path) if path is not None else []
             if reads:
-                message = (f"every rank runs this {what} and writes the same file, then reads it back in this cell: "
-                           "on one server the ranks share its disk and race on it, and written on rank 0 only it "
-                           f"would not be there yet for the others; each rank saves and reads its own copy {_OWN_COPY}")
+                message = _("every rank runs this {writer} and writes the same file, then reads it back in this cell: "
+                            "on one server the ranks share its disk and race on it, and written on rank 0 only it "
+                            "would not be there yet for the others; each rank saves and reads its own copy "
+                            "{own_copy}").format(writer=what, own_copy=_(_OWN_COPY))
                 edits = [_per_rank_file(cell, facts, node) for node in [path, *reads]]
                 yield self.finding(cell, facts, site.node, message, edits)
                 continue
-            message = (f"every rank runs this {what} and writes the same file: on one server the ranks share its "
-                       "disk and race on its files; write it on rank 0 only")
             standalone = isinstance(site.stmt, ast.Expr) and site.stmt.value is site.node
             edit = guard(cell, facts, site.stmt, RANK_ZERO, [NEEDS_OS]) if standalone else \
                 _guard_with_uses(context, cell, facts, site.stmt)
             if edit is not None and not standalone:
-                message += ", with the statements after it that use what it returns"
+                message = _("every rank runs this {writer} and writes the same file: on one server the ranks share its "
+                            "disk and race on its files; write it on rank 0 only, with the statements after it that "
+                            "use what it returns").format(writer=what)
+            else:
+                message = _("every rank runs this {writer} and writes the same file: on one server the ranks share its "
+                            "disk and race on its files; write it on rank 0 only").format(writer=what)
             yield self.finding(cell, facts, site.node, message, [edit] if edit is not None else [])
 
     def _callbacks(self, context) -> Iterator[Finding]:
@@ -278,17 +284,18 @@ class EveryRankWrites(Rule):
                 continue
             simple = isinstance(path, (ast.Name, ast.Constant, ast.Attribute))
             if site.method == "ModelCheckpoint":
-                message = ("every rank's ModelCheckpoint writes the same file: on one server the ranks share its disk "
-                           "and race on it; rank 0 writes it where it is, the other ranks in a folder beside it (<folder>_rank_R)")
+                message = _("every rank's ModelCheckpoint writes the same file: on one server the ranks share its disk "
+                            "and race on it; rank 0 writes it where it is, the other ranks in a folder beside it "
+                            "(<folder>_rank_R)")
                 pattern = _BESIDE_FOR_OTHER_RANKS
             elif site.method == "CheckpointManager":
-                message = ("every rank's CheckpointManager saves into the same folder: on one server the ranks share "
-                           "its disk and race on its files; each rank saves and restores its own checkpoints in a "
-                           "folder of its own, so that every rank restores the same step")
+                message = _("every rank's CheckpointManager saves into the same folder: on one server the ranks share "
+                            "its disk and race on its files; each rank saves and restores its own checkpoints in a "
+                            "folder of its own, so that every rank restores the same step")
                 pattern = _PER_RANK
             else:
-                message = ("every rank's BackupAndRestore backs up to the same folder: each rank backs up and restores "
-                           "its own state in a folder of its own, so that every rank resumes at the same epoch")
+                message = _("every rank's BackupAndRestore backs up to the same folder: each rank backs up and restores "
+                            "its own state in a folder of its own, so that every rank resumes at the same epoch")
                 pattern = _PER_RANK
             edits = [replace_with(cell, facts, path, pattern, [NEEDS_OS], path=path)] if simple else []
             yield self.finding(cell, facts, path, message, edits)
@@ -314,7 +321,7 @@ def _guard_with_uses(context, cell: int, facts: CellFacts, stmt: ast.stmt):
     # fault-tolerance guide loads the checkpoint it saved at the end of the previous epoch).
     read_outside = {node.id for node in ast.walk(facts.tree) if isinstance(node, ast.Name)
                     and isinstance(node.ctx, ast.Load) and not start <= node.lineno <= end}
-    if bound & read_outside or any(index > cell for name in bound for index, _ in context.facts.cells_mentioning(name)):
+    if bound & read_outside or any(index > cell for name in bound for index, _where in context.facts.cells_mentioning(name)):
         return None
     return guard_span(cell, facts, stmt, block[last], RANK_ZERO, [NEEDS_OS])
 
@@ -416,14 +423,14 @@ def _reads_back(context, facts: CellFacts, save: CallSite, path: ast.expr) -> li
 
 
 def _made_with(context, name: str) -> Optional[str]:
-    values = [a.value for _, _, a in context.facts.assignments(name) if isinstance(a.value, ast.Call)]
+    values = [a.value for _cell, _facts, a in context.facts.assignments(name) if isinstance(a.value, ast.Call)]
     return context.facts.resolve(dotted_name(values[-1].func)) if values else None
 
 
 def _is_a_model(context, name: str) -> bool:
     """Is ``name`` compiled, trained or built from Keras in the notebook?"""
     for method in ("compile", "fit", "fit_generator"):
-        if any(site.dotted == f"{name}.{method}" for _, _, site in context.facts.calls(method)):
+        if any(site.dotted == f"{name}.{method}" for _cell, _facts, site in context.facts.calls(method)):
             return True
     made = _made_with(context, name) or ""
     return made.startswith("tensorflow.keras.")

@@ -6,6 +6,7 @@ import ast
 from typing import Iterable, Iterator
 
 from ..findings import Finding
+from ..i18n import _
 from .base import Example, Rule, replace
 
 APPENDERS = ("npu_bridge.npu_hooks_append", "npu_bridge.npu_callbacks_append")
@@ -54,8 +55,8 @@ class HooksTuple(Rule):
                 continue
             yield self.finding(
                 cell, facts, argument,
-                f"{site.method} only extends a list: given a tuple or None it starts from an empty list "
-                "and the hooks passed here are silently dropped; pass a list",
+                _("{function} only extends a list: given a tuple or None it starts from an empty list "
+                  "and the hooks passed here are silently dropped; pass a list").format(function=site.method),
                 [replace(cell, facts, argument, fixed)],
             )
 
@@ -71,7 +72,7 @@ def _as_list(context, facts, site, argument: ast.expr):
 
 
 def _bound_to_tuple(context, name: str, site) -> bool:
-    values = [a.value for _, _, a in context.facts.assignments(name) if not a.tuple_target]
+    values = [a.value for _unused, _unused, a in context.facts.assignments(name) if not a.tuple_target]
     return bool(values) and isinstance(values[-1], ast.Tuple) or (
         bool(values) and isinstance(values[-1], ast.Constant) and values[-1].value is None
     )

@@ -7,6 +7,7 @@ from typing import Iterable, Iterator, List, Optional
 
 from .. import knowledge as K
 from ..findings import NEEDS_NPU_BRIDGE, NEEDS_NPU_DEVICE, NEEDS_OS, Edit, Finding
+from ..i18n import _
 from .base import Example, Rule, remove_statement, replace, replace_with, single_target
 from .tf2_broadcast_callback import broadcast_instead_of_callback
 
@@ -99,19 +100,23 @@ class HorovodLeftover(Rule):
                 continue  # fixed with the call around it
             edits = _replacement(context, cell, facts, site, name.split(".", 1)[1])
             what = f"hvd.{name.split('.', 1)[1]}"
-            advice = "replaced by the adapter's equivalent" if edits else "no automatic replacement: port it by hand"
-            advice += _sum_kept(context, facts, site, name)
-            yield self.finding(
-                cell, facts, site.node, f"Horovod call left in the script: {what} does not run on Ascend ({advice})",
-                edits or (),
+            advice = _("replaced by the adapter's equivalent") if edits else _("no automatic replacement: port it by hand")
+            kept = _sum_kept(context, facts, site, name)
+            message = (
+                _("Horovod call left in the script: {call} does not run on Ascend ({advice}; {kept})").format(
+                    call=what, advice=advice, kept=kept)
+                if kept
+                else _("Horovod call left in the script: {call} does not run on Ascend ({advice})").format(
+                    call=what, advice=advice)
             )
+            yield self.finding(cell, facts, site.node, message, edits or ())
 
     def _imports(self, context) -> Iterator[Finding]:
         for cell, facts in context.facts.cells:
             for fact in facts.imports:
                 if fact.module.startswith("horovod") and fact.function is None:
                     yield self.finding(
-                        cell, facts, fact.stmt, "Horovod import no longer used",
+                        cell, facts, fact.stmt, _("Horovod import no longer used"),
                         [remove_statement(cell, facts, fact.stmt)], severity="info",
                     )
 
@@ -156,14 +161,15 @@ def _replacement(context, cell, facts, site, api: str) -> Optional[List[Edit]]:
 
 
 def _sum_kept(context, facts, site, name: str) -> str:
+    """What the fix does with ``op=hvd.Sum`` (said after the advice), or "" when there is none."""
     if not sums(facts, site) or name not in ("horovod.DistributedOptimizer", "horovod.DistributedGradientTape"):
         return ""
     if name == "horovod.DistributedGradientTape":
-        return '; op=Sum kept: the all-reduce added after tape.gradient uses reduction="sum"'
+        return _('op=Sum kept: the all-reduce added after tape.gradient uses reduction="sum"')
     if not context.tf1:
-        return '; op=Sum kept: reduce_reduction="sum"'
-    return ("; op=Sum kept: the TF1 wrapper only averages (sum / RANK_SIZE), so the loss given to minimize "
-            "is multiplied by RANK_SIZE, which makes that average the sum Horovod took")
+        return _('op=Sum kept: reduce_reduction="sum"')
+    return _("op=Sum kept: the TF1 wrapper only averages (sum / RANK_SIZE), so the loss given to minimize "
+             "is multiplied by RANK_SIZE, which makes that average the sum Horovod took")
 
 
 def sums(facts, site) -> bool:

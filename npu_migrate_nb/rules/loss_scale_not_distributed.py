@@ -14,6 +14,7 @@ from typing import Iterable, Iterator
 from .. import knowledge as K
 from ..analysis import is_distributed_argument, sets_is_distributed
 from ..findings import Finding
+from ..i18n import _
 from .base import Example, Rule, add_argument, replace
 
 
@@ -57,8 +58,8 @@ class LossScaleNotDistributed(Rule):
                 replace(cell, facts, value, "True")
             yield self.finding(
                 cell, facts, site.node,
-                "NPULossScaleOptimizer without is_distributed=True: each rank decides alone whether its step "
-                "overflowed, so a rank whose scaled gradients overflow skips an update the others apply and the "
-                "weights drift apart; is_distributed=True all-reduces the overflow status (not the gradients)",
+                _("NPULossScaleOptimizer without is_distributed=True: each rank decides alone whether its step "
+                  "overflowed, so a rank whose scaled gradients overflow skips an update the others apply and the "
+                  "weights drift apart; is_distributed=True all-reduces the overflow status (not the gradients)"),
                 [edit],
             )

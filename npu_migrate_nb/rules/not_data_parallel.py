@@ -13,6 +13,7 @@ from typing import Iterable, List, Optional
 from .. import knowledge as K
 from ..facts import CallSite, CellFacts, dotted_name, mentions, receiver_name
 from ..findings import STEPS, Finding
+from ..i18n import N_, _
 from .base import Example, Rule
 from .training_reach import feeds_no_training
 
@@ -211,7 +212,7 @@ class NotDataParallel(Rule):
         if context.frameworks == ["decision-forests"]:
             for step in STEPS:  # whatever could not be seen (the forest's package): no step applies
                 context.steps[step] = "not-applicable"
-                context.reasons[step] = DECISION_FOREST_REASON
+                context.reasons[step] = _(DECISION_FOREST_REASON)
             return
         if "tf-agents" in context.frameworks:
             self._prepare_agents(context)
@@ -229,12 +230,12 @@ class NotDataParallel(Rule):
             steps = data_free_steps(context)
             if not steps:
                 return
-            context.mark("shard", "not-applicable", NO_DATA_REASON)
-            context.mark("allreduce", "not-applicable", NO_DATA_ALLREDUCE_REASON)
+            context.mark("shard", "not-applicable", _(NO_DATA_REASON))
+            context.mark("allreduce", "not-applicable", _(NO_DATA_ALLREDUCE_REASON))
             if variables_start_from_constants(context):
-                context.mark("broadcast", "not-applicable", CONSTANT_START_REASON)
+                context.mark("broadcast", "not-applicable", _(CONSTANT_START_REASON))
             elif _updates_only_constant_started(context, steps):
-                context.mark("broadcast", "not-applicable", CONSTANT_SOURCES_REASON)
+                context.mark("broadcast", "not-applicable", _(CONSTANT_SOURCES_REASON))
 
     def _prepare_agents(self, context) -> None:
         agents = trained_agents(context.facts)
@@ -243,12 +244,12 @@ class NotDataParallel(Rule):
             for step in STEPS:
                 context.mark(step, "not-applicable", reason)
         else:
-            context.mark("shard", "not-applicable", AGENT_SHARD_REASON)
+            context.mark("shard", "not-applicable", _(AGENT_SHARD_REASON))
 
     def check(self, context) -> Iterable[Finding]:
         if context.frameworks == ["decision-forests"]:
             cell, facts, site = next(context.facts.calls("fit", "fit_generator"))
-            return [self.finding(cell, facts, site.node, DECISION_FOREST_REASON)]
+            return [self.finding(cell, facts, site.node, _(DECISION_FOREST_REASON))]
         if "tf-agents" in context.frameworks:
             return self._check_agents(context)
         steps = optimized_inputs(context)
@@ -262,44 +263,44 @@ class NotDataParallel(Rule):
         data_free = data_free_steps(context)
         if data_free:
             first = data_free[0]
-            return [self.finding(first.cell, first.facts, first.site.node, NO_DATA_MESSAGE)]
+            return [self.finding(first.cell, first.facts, first.site.node, _(NO_DATA_MESSAGE))]
         return []
 
     def _check_agents(self, context) -> List[Finding]:
         agents = trained_agents(context.facts)
         first = agents[0]
         if any(agent.optimizer is not None for agent in agents):
-            message = AGENT_MESSAGE
+            message = _(AGENT_MESSAGE).format(rank_id=RANK_ID)
         else:
-            message = _no_optimizer_reason(agents) + (
-                ": variable broadcast, gradient aggregation and dataset sharding do not apply"
-            )
+            message = _("{reason}: variable broadcast, gradient aggregation and dataset sharding do not apply").format(
+                reason=_no_optimizer_reason(agents))
         return [self.finding(first.cell, first.facts, first.site.node, message)]
 
 
-DECISION_FOREST_REASON = (
+DECISION_FOREST_REASON = N_(
     "decision forests grow trees from the whole dataset and take no gradient step: train on one card "
     "(TF-DF's own distributed training uses a ParameterServerStrategy, not the NPU's collectives)"
 )
-AGENT_SHARD_REASON = (
+AGENT_SHARD_REASON = N_(
     "the agent trains on experience its environment produces (collected into a replay buffer), not on a "
     "dataset: there is no dataset to shard"
 )
-AGENT_MESSAGE = (
+# {rank_id}: the rank's id, as the fixes write it (RANK_ID).
+AGENT_MESSAGE = N_(
     "the agent trains on experience from an environment, not a dataset, so dataset sharding does not apply; "
     "its variables are still broadcast and the gradients of its optimizer all-reduced. So that the ranks do "
     "not collect the same experience, give each rank's environment its own seed, e.g. "
-    f"py_env.seed(SEED + {RANK_ID}) on the Python environment before wrapping it in TFPyEnvironment"
+    "py_env.seed(SEED + {rank_id}) on the Python environment before wrapping it in TFPyEnvironment"
 )
 
 
 def _no_optimizer_reason(agents: List[Agent]) -> str:
     names = ", ".join(dict.fromkeys(agent.site.method for agent in agents))
-    return (
-        f"the agents ({names}) are given no optimizer: they update their statistics in closed form (or by a "
+    return _(
+        "the agents ({names}) are given no optimizer: they update their statistics in closed form (or by a "
         "rule of their own), with no gradient step to aggregate, and each rank would learn on its own: "
         "train on one card"
-    )
+    ).format(names=names)
 
 
 # ------------------------------------------------------------------------------ optimizing an input
@@ -357,7 +358,7 @@ def _is_input(context, name: str, function: Optional[str]) -> bool:
     """Is ``name``, in the step's function, an input? Its bindings there and at module level (other
     functions' locals of the same name are other values) are read."""
     bound = [
-        assignment.value for _, _, assignment in context.facts.assignments(name)
+        assignment.value for _cell, _facts, assignment in context.facts.assignments(name)
         if assignment.function in (None, function)
     ]
     if any(mentions(value, ("variables", "weights")) for value in bound):
@@ -370,7 +371,7 @@ def _is_watched(context, name: str) -> bool:
     return any(
         site.receiver is not None and len(site.node.args) == 1 and isinstance(site.node.args[0], ast.Name)
         and site.node.args[0].id == name
-        for _, _, site in context.facts.calls("watch")
+        for _cell, _facts, site in context.facts.calls("watch")
     )
 
 
@@ -396,7 +397,7 @@ def _is_call_to(context, node: ast.expr, qualified: str) -> bool:
 
 
 def _loads_pretrained_model(context) -> bool:
-    for _, _, site in context.facts.all_calls():
+    for _cell, _facts, site in context.facts.all_calls():
         name = context.facts.resolve(site.dotted)
         if name in K.PRETRAINED_MODEL_LOADERS or name.startswith(K.PRETRAINED_MODEL_PREFIXES):
             return True
@@ -408,20 +409,20 @@ def _input_names(steps: List[GradientStep]) -> str:
 
 
 def _input_reason(steps: List[GradientStep]) -> str:
-    return (
-        f"not data-parallel training: the gradient steps update {_input_names(steps)}, an input of a "
+    return _(
+        "not data-parallel training: the gradient steps update {inputs}, an input of a "
         "ready-made model, not model weights"
-    )
+    ).format(inputs=_input_names(steps))
 
 
 def _input_message(steps: List[GradientStep]) -> str:
-    return (
-        f"not data-parallel training: the gradient steps update {_input_names(steps)}, an input of a "
+    return _(
+        "not data-parallel training: the gradient steps update {inputs}, an input of a "
         "ready-made model, not its weights, so variable broadcast, gradient aggregation and dataset sharding "
         "do not apply (on N ranks every rank would repeat the same optimization). To use several cards, "
-        f"split the work instead: give each rank its own inputs (inputs[{RANK_ID}::{RANK_SIZE}]), "
+        "split the work instead: give each rank its own inputs (inputs[{rank_id}::{rank_size}]), "
         "or run one notebook per image"
-    )
+    ).format(inputs=_input_names(steps), rank_id=RANK_ID, rank_size=RANK_SIZE)
 
 
 # ------------------------------------------------------------------------------ an environment
@@ -432,7 +433,7 @@ def environment_step(context) -> Optional[EnvironmentStep]:
     and reads no dataset."""
     if context.framework == "none":
         return None
-    reset = {receiver_name(site) for _, _, site in context.facts.calls("reset")} - {None}
+    reset = {receiver_name(site) for _cell, _facts, site in context.facts.calls("reset")} - {None}
     for cell, facts, site in context.facts.calls("step"):
         name = receiver_name(site)
         if name in reset and _is_environment(context, name):
@@ -441,7 +442,7 @@ def environment_step(context) -> Optional[EnvironmentStep]:
 
 
 def _is_environment(context, name: str) -> bool:
-    for _, _, assignment in context.facts.assignments(name):
+    for _cell, _facts, assignment in context.facts.assignments(name):
         value = assignment.value
         if isinstance(value, ast.Call):
             if context.facts.resolve(dotted_name(value.func)).startswith(K.ENVIRONMENT_PREFIXES):
@@ -456,52 +457,53 @@ def _reads_dataset(context) -> bool:
     """Does the training read a dataset? Datasets made only to show an API (printed, iterated by a
     function that trains nothing) do not count."""
     sources = [*context.facts.calls_to(*K.DATASET_SOURCES), *context.facts.calls_to(*K.BATCHED_SOURCES)]
-    if any(not feeds_no_training(context, site) for _, _, site in sources):
+    if any(not feeds_no_training(context, site) for _cell, _facts, site in sources):
         return True
     return any(
-        context.facts.resolve(site.dotted).startswith(K.DATA_READER_PREFIXES) for _, _, site in context.facts.all_calls()
+        context.facts.resolve(site.dotted).startswith(K.DATA_READER_PREFIXES)
+        for _cell, _facts, site in context.facts.all_calls()
     )
 
 
 def _environment_reason(environment: EnvironmentStep) -> str:
-    return (
-        f"the training data comes from an environment ({environment.environment}.step), not a dataset: "
+    return _(
+        "the training data comes from an environment ({environment}.step), not a dataset: "
         "there is no dataset to shard"
-    )
+    ).format(environment=environment.environment)
 
 
 def _environment_message(environment: EnvironmentStep) -> str:
     env = environment.environment
-    return (
-        f"the training data comes from an environment ({env}.step), not a dataset, so dataset sharding does not "
-        "apply; the model's variables are still broadcast and its gradients all-reduced. So that the ranks "
-        "do not collect the same experience, split the environment instead: give each rank's environment its "
-        f"own seed, e.g. {env}.reset(seed=SEED + {RANK_ID})"
-    )
+    return _(
+        "the training data comes from an environment ({environment}.step), not a dataset, so dataset sharding "
+        "does not apply; the model's variables are still broadcast and its gradients all-reduced. So that the "
+        "ranks do not collect the same experience, split the environment instead: give each rank's environment "
+        "its own seed, e.g. {environment}.reset(seed=SEED + {rank_id})"
+    ).format(environment=env, rank_id=RANK_ID)
 
 
 # ------------------------------------------------------------------------------ a training step without data
 
-NO_DATA_REASON = (
+NO_DATA_REASON = N_(
     "the training step reads no data: its loss comes from constants and the variables it optimizes, "
     "so there is no dataset to shard"
 )
-NO_DATA_ALLREDUCE_REASON = (
+NO_DATA_ALLREDUCE_REASON = N_(
     "the training step reads no data: from the same variables every rank computes the same gradients, "
     "so averaging them across ranks changes nothing"
 )
-NO_DATA_MESSAGE = (
+NO_DATA_MESSAGE = N_(
     "the training step reads no data (its loss comes from constants and the variables it optimizes), so dataset "
     "sharding and gradient aggregation do not apply: every rank computes the same gradients"
 )
 
 
-CONSTANT_START_REASON = (
+CONSTANT_START_REASON = N_(
     "every variable the training updates starts from a constant (tf.Variable(2.), tf.zeros(...)) and no "
     "model or layer makes weights of its own: every rank starts from the same values, so there is nothing "
     "to broadcast"
 )
-CONSTANT_SOURCES_REASON = (
+CONSTANT_SOURCES_REASON = N_(
     "every variable the training steps differentiate starts from a constant wherever a step is given it "
     "(tf.Variable(2.)): every rank starts from the same values, so there is nothing to broadcast"
 )
@@ -515,14 +517,14 @@ _WEIGHTLESS_KERAS = tuple(f"{keras}.{part}." for keras in ("tensorflow.keras", "
 def variables_start_from_constants(context) -> bool:
     """Every ``tf.Variable`` the notebook makes starts from a constant, or from a parameter whose
     default is one and which no call gives; no Keras model, layer or loaded model makes weights."""
-    for _, _, site in context.facts.all_calls():
+    for _cell, _facts, site in context.facts.all_calls():
         name = context.facts.resolve(site.dotted)
         if name.startswith(_WEIGHTLESS_KERAS):
             continue  # an optimizer's slots and a metric's totals start at zero on every rank
         if name.startswith(("tensorflow.keras.", "keras.", "tensorflow.saved_model.", "tensorflow_hub.")):
             return False
     made = list(context.facts.calls_to("tensorflow.Variable"))
-    return bool(made) and all(_constant_start(context, facts, site) for _, facts, site in made)
+    return bool(made) and all(_constant_start(context, facts, site) for _cell, facts, site in made)
 
 
 def _constant_start(context, facts: CellFacts, site: CallSite) -> bool:
@@ -542,7 +544,7 @@ def _constant_start(context, facts: CellFacts, site: CallSite) -> bool:
     return all(len(call.node.args) <= position and call.keyword(value.id) is None
                and not any(isinstance(arg, ast.Starred) for arg in call.node.args)
                and not any(keyword.arg is None for keyword in call.node.keywords)
-               for _, _, call in context.facts.calls(site.function))
+               for _cell, _facts, call in context.facts.calls(site.function))
 
 
 def _is_constant(node: Optional[ast.expr]) -> bool:
@@ -702,7 +704,7 @@ def _calls_of(context, scope: "_Scope"):
     else:
         names |= _wrapped_names(context, function.name)
     for name in names:
-        for cell, _, call in context.facts.calls(name):
+        for cell, _facts, call in context.facts.calls(name):
             if call.dotted == name:
                 yield cell, call
 
@@ -760,9 +762,9 @@ def trained_agents(facts) -> List[Agent]:
     """The TF-Agents agents the notebook builds and trains (``agent.train(...)`` on the agent's name, or
     on a name bound to it, as ``agent = cosine_distance_agent``), in notebook order. Only the names
     something is trained on are looked up: the analysis runs on every edit."""
-    trained = {receiver_name(site) for _, _, site in facts.calls("train")} - {None}
+    trained = {receiver_name(site) for _cell, _facts, site in facts.calls("train")} - {None}
     for name in list(trained):
-        trained |= {a.value.id for _, _, a in facts.assignments(name) if isinstance(a.value, ast.Name)}
+        trained |= {a.value.id for _cell, _facts, a in facts.assignments(name) if isinstance(a.value, ast.Name)}
     return _built_agents(facts, trained)
 
 
@@ -790,7 +792,7 @@ def _is_agent_constructor(facts, site: CallSite) -> bool:
         return site.method.endswith("Agent")
     if not isinstance(site.node.func, ast.Name):
         return False
-    for _, cell_facts in facts.cells_mentioning(site.node.func.id):
+    for _cell, cell_facts in facts.cells_mentioning(site.node.func.id):
         cls = cell_facts.classes.get(site.node.func.id)
         if cls is not None:
             return any(facts.resolve(dotted_name(base)).startswith(K.AGENT_PREFIXES) for base in cls.bases)
@@ -799,12 +801,12 @@ def _is_agent_constructor(facts, site: CallSite) -> bool:
 
 def trains_only_decision_forests(facts) -> bool:
     """Every ``fit`` is called on a TensorFlow Decision Forests model (a name bound only to one)."""
-    receivers = [receiver_name(site) for _, _, site in facts.calls("fit", "fit_generator")]
+    receivers = [receiver_name(site) for _cell, _facts, site in facts.calls("fit", "fit_generator")]
     return bool(receivers) and all(name is not None and _is_decision_forest(facts, name) for name in receivers)
 
 
 def _is_decision_forest(facts, name: str) -> bool:
-    values = [assignment.value for _, _, assignment in facts.assignments(name)]
+    values = [assignment.value for _cell, _facts, assignment in facts.assignments(name)]
     return bool(values) and all(
         isinstance(value, ast.Call) and facts.resolve(dotted_name(value.func)).startswith(K.DECISION_FOREST_PREFIX)
         for value in values

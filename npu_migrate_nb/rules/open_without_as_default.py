@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Iterable, Iterator
 
 from ..findings import Finding
+from ..i18n import _
 from .base import Example, Rule, insert_after, replace, single_target
 
 
@@ -37,14 +38,14 @@ class OpenWithoutAsDefault(Rule):
                 continue
             target = single_target(site.stmt)
             if target is not None and site.stmt.value is site.node:
-                if any(call.dotted == f"{target}.as_default" for _, _, call in context.facts.calls("as_default")):
+                if any(call.dotted == f"{target}.as_default" for _unused, _unused, call in context.facts.calls("as_default")):
                     continue
                 edit = insert_after(cell, facts, site.stmt, f"{target}.as_default()")
             else:
                 edit = replace(cell, facts, site.node, facts.segment(site.node) + ".as_default()")
             yield self.finding(
                 cell, facts, site.node,
-                "npu.open() without .as_default(): the NPU device is not the default, so "
-                "broadcast, all_reduce and shard_and_rebatch_dataset silently do nothing",
+                _("npu.open() without .as_default(): the NPU device is not the default, so "
+                  "broadcast, all_reduce and shard_and_rebatch_dataset silently do nothing"),
                 [edit],
             )

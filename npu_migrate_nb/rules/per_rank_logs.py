@@ -12,6 +12,7 @@ from typing import Iterable, Iterator, Optional
 
 from ..facts import CallSite
 from ..findings import NEEDS_NPU_DEVICE, Finding
+from ..i18n import _
 from .base import Example, Rule, keras_prefix, replace_with
 
 _READERS = ("tensorflow.keras.callbacks.EarlyStopping", "tensorflow.keras.callbacks.ReduceLROnPlateau")
@@ -88,16 +89,19 @@ class PerRankLogs(Rule):
                 continue
             edits = []
             if not context.tf1 and given is not None:
-                list_cell, list_facts, _, element = given
+                list_cell, list_facts, _list, element = given
                 edits = [replace_with(list_cell, list_facts, element, _literal(average_logs_callback(context)) + ", {node}",
                                       [NEEDS_NPU_DEVICE], node=element)]
             yield self.finding(
                 cell, facts, site.node,
-                f"{site.method} reads this rank's own loss and metrics (each rank's logs come from its shard of the "
-                "data): the ranks " + ("stop at different epochs, and the one still training waits in an all-reduce "
-                                       "forever" if site.method == "EarlyStopping" else
-                                       "lower the learning rate at different epochs and drift apart")
-                + "; average the logs across ranks before it reads them (as Horovod's MetricAverageCallback does)",
+                _("{callback} reads this rank's own loss and metrics (each rank's logs come from its shard of the "
+                  "data): the ranks {consequence}; average the logs across ranks before it reads them (as Horovod's "
+                  "MetricAverageCallback does)").format(
+                    callback=site.method,
+                    consequence=_("stop at different epochs, and the one still training waits in an all-reduce "
+                                  "forever") if site.method == "EarlyStopping" else
+                    _("lower the learning rate at different epochs and drift apart"),
+                ),
                 edits,
             )
 
@@ -139,6 +143,6 @@ def _bound_name(site: CallSite) -> Optional[str]:
 
 def _averaged_before(given) -> bool:
     """Does a callback that all-reduces the logs come before the element in fit's list?"""
-    _, facts, callbacks, element = given
+    _cell, facts, callbacks, element = given
     before = callbacks.elts[: [id(e) for e in callbacks.elts].index(id(element))]
     return any("all_reduce" in facts.segment(e) for e in before)

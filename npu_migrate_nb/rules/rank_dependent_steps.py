@@ -15,6 +15,7 @@ from typing import Iterable, Iterator, Optional
 
 from ..facts import mentions
 from ..findings import NEEDS_OS, Finding
+from ..i18n import _
 from .base import TRAINING_CALLS, Example, Rule, rank_test_around, replace_with
 from .shared_model_dir import MODEL_DIR_OWNERS, PER_RANK_MODEL_DIR
 
@@ -70,9 +71,9 @@ class RankDependentSteps(Rule):
             edits = [replace_with(cell, facts, value, PER_RANK_MODEL_DIR, [NEEDS_OS], model_dir=kept)] if kept else []
             yield self.finding(
                 cell, facts, value,
-                "model_dir depends on the rank: a rank whose model_dir holds a checkpoint of an earlier run resumes "
-                "from it while the others start over, the ranks run different numbers of steps and the first to "
-                "finish leaves the others waiting in an all-reduce; give every rank a folder of its own in model_dir",
+                _("model_dir depends on the rank: a rank whose model_dir holds a checkpoint of an earlier run resumes "
+                  "from it while the others start over, the ranks run different numbers of steps and the first to "
+                  "finish leaves the others waiting in an all-reduce; give every rank a folder of its own in model_dir"),
                 edits,
             )
 
@@ -82,8 +83,9 @@ class RankDependentSteps(Rule):
                 if keyword.arg in _STEP_KEYWORDS and mentions(keyword.value, _RANK_WORDS):
                     yield self.finding(
                         cell, facts, keyword.value,
-                        f"{keyword.arg} depends on the rank: the ranks run different numbers of steps and the first "
-                        "to finish leaves the others waiting in an all-reduce; every rank must run the same steps",
+                        _("{keyword} depends on the rank: the ranks run different numbers of steps and the first "
+                          "to finish leaves the others waiting in an all-reduce; every rank must run the same "
+                          "steps").format(keyword=keyword.arg),
                     )
 
     def _training_on_some_ranks(self, context) -> Iterator[Finding]:
@@ -92,8 +94,9 @@ class RankDependentSteps(Rule):
             if test is not None:
                 yield self.finding(
                     cell, facts, site.node,
-                    f"only some ranks run this {site.method} (under `if {ast.unparse(test)}`): the others never join "
-                    "its all-reduces and it waits forever; train on every rank (save or print on rank 0 only)",
+                    _("only some ranks run this {method} (under `if {test}`): the others never join "
+                      "its all-reduces and it waits forever; train on every rank (save or print on rank 0 "
+                      "only)").format(method=site.method, test=ast.unparse(test)),
                 )
 
 

@@ -6,6 +6,7 @@ from typing import Iterable, Iterator
 
 from .. import knowledge as K
 from ..findings import NEEDS_OS, Finding
+from ..i18n import _
 from .base import Example, Rule, replace
 
 REPLACEMENTS = {
@@ -56,8 +57,9 @@ class RankFromHcclTooEarly(Rule):
                 continue  # a device shard's index: device-id-shard reads RANK_ID there instead
             yield self.finding(
                 cell, facts, site.node,
-                f"{site.method}() raises ValueError until collective communication is initialised "
-                "(when the session starts); read the environment instead, which works at any time",
+                _("{function}() raises ValueError until collective communication is initialised "
+                  "(when the session starts); read the environment instead, which works at any time").format(
+                    function=site.method),
                 [replace(cell, facts, site.node, REPLACEMENTS[name], [NEEDS_OS])],
             )
 

@@ -12,6 +12,7 @@ import ast
 from typing import TYPE_CHECKING, Optional, Tuple
 
 from ..facts import CallSite, CellFacts
+from ..i18n import _
 
 if TYPE_CHECKING:
     from ..analysis import Context
@@ -22,17 +23,19 @@ SUM, MEAN = "sum", "mean"
 def reduction_for(context: "Context", facts: CellFacts, gradient: CallSite) -> Tuple[str, str]:
     """(reduction, reason) for the gradients of ``tape.gradient(loss, ...)``."""
     if context.options.reduction is not None:
-        return context.options.reduction, f"{context.options.reduction} was chosen with --reduction"
+        return context.options.reduction, _("{reduction} was chosen with --reduction").format(
+            reduction=context.options.reduction)
     # The loss first: it is what says the single-card math, and once the fix has removed Horovod's
     # tape only the loss is left, so a second analysis must come to the same reduction.
     horovod = _horovod_tape_reduction(context)
     from_the_loss = reduction_from_the_loss(context, facts, gradient)
     if from_the_loss is not None:
         if horovod is not None and horovod[0] != from_the_loss[0]:
-            return from_the_loss[0], (f"{from_the_loss[1]}; {horovod[1]}, which changed the single-card math "
-                                      "(a learning rate scaled for it needs scaling back)")
+            return from_the_loss[0], _("{loss_reason}; {horovod_reason}, which changed the single-card math "
+                                       "(a learning rate scaled for it needs scaling back)").format(
+                loss_reason=from_the_loss[1], horovod_reason=horovod[1])
         return from_the_loss
-    return horovod or (MEAN, "the loss is a per-rank mean (no division by the global batch size was found)")
+    return horovod or (MEAN, _("the loss is a per-rank mean (no division by the global batch size was found)"))
 
 
 def reduction_from_the_loss(context: "Context", facts: CellFacts, gradient: CallSite) -> Optional[Tuple[str, str]]:
@@ -43,7 +46,7 @@ def reduction_from_the_loss(context: "Context", facts: CellFacts, gradient: Call
     if verdict is not None:
         return verdict
     if context.facts.uses_name("ReduceOp") and _script_reduces_with_sum(context):
-        return SUM, "the script already reduces with ReduceOp.SUM"
+        return SUM, _("the script already reduces with ReduceOp.SUM")
     return None
 
 
@@ -52,16 +55,16 @@ def _horovod_tape_reduction(context: "Context") -> Optional[Tuple[str, str]]:
     all-reduce that replaces its DistributedGradientTape keeps that."""
     from .horovod_leftover import sums
 
-    for _, facts, site in context.facts.calls("DistributedGradientTape"):
+    for _cell, facts, site in context.facts.calls("DistributedGradientTape"):
         if context.facts.resolve(site.dotted).startswith("horovod."):
             if sums(facts, site):
-                return SUM, "Horovod's DistributedGradientTape summed (op=Sum)"
-            return MEAN, "Horovod's DistributedGradientTape averaged"
+                return SUM, _("Horovod's DistributedGradientTape summed (op=Sum)")
+            return MEAN, _("Horovod's DistributedGradientTape averaged")
     return None
 
 
 def _script_reduces_with_sum(context: "Context") -> bool:
-    for _, _, site in context.facts.all_calls(mentioning="ReduceOp"):
+    for _unused, _unused, site in context.facts.all_calls(mentioning="ReduceOp"):
         for arg in list(site.node.args) + [keyword.value for keyword in site.node.keywords]:
             if isinstance(arg, ast.Attribute) and arg.attr == "SUM" and _attr_chain_has(arg, "ReduceOp"):
                 return True
@@ -96,12 +99,12 @@ def _classify(context: "Context", facts: CellFacts, expression: ast.AST, depth: 
             name = context.facts.resolve(_callee(node)).rsplit(".", 1)[-1]
             if name == "compute_average_loss":
                 if any(keyword.arg == "global_batch_size" for keyword in node.keywords) or len(node.args) > 2:
-                    return SUM, "the loss is divided by the global batch size (compute_average_loss)"
-                return MEAN, "compute_average_loss without global_batch_size averages per rank"
+                    return SUM, _("the loss is divided by the global batch size (compute_average_loss)")
+                return MEAN, _("compute_average_loss without global_batch_size averages per rank")
             if name == "reduce_mean":
-                return MEAN, "the loss is a per-rank mean (reduce_mean)"
+                return MEAN, _("the loss is a per-rank mean (reduce_mean)")
         if isinstance(node, ast.BinOp) and _sum_divided_by_batch(node, context):
-            return SUM, "the loss is a sum divided by the global batch size"
+            return SUM, _("the loss is a sum divided by the global batch size")
     if depth == 0:
         return _classify_helper(context, expression)
     return None
@@ -127,7 +130,7 @@ def _is_a_sum(node: ast.AST, context: "Context") -> bool:
     if context.facts.resolve(_callee(node)).endswith("reduce_sum"):
         return True
     if isinstance(node.func, ast.Name):
-        for _, _, assignment in context.facts.assignments(node.func.id):
+        for _unused, _unused, assignment in context.facts.assignments(node.func.id):
             value = assignment.value
             if isinstance(value, ast.Call) and any(
                 keyword.arg == "reduction" and _names_sum(keyword.value) for keyword in value.keywords
@@ -164,7 +167,7 @@ def _classify_helper(context: "Context", expression: ast.AST) -> Optional[Tuple[
     found = context.facts.function(expression.func.id)
     if found is None:
         return None
-    _, helper_facts, function = found
+    _unused, helper_facts, function = found
     for node in ast.walk(function):
         if isinstance(node, ast.Return) and node.value is not None:
             verdict = _classify(context, helper_facts, node.value, depth=1)

@@ -8,6 +8,7 @@ from typing import Iterable, Iterator, Optional
 
 from ..facts import CallSite, receiver_name
 from ..findings import Finding
+from ..i18n import _
 from .base import Example, Rule, replace, single_target
 from .reduction import SUM, reduction_for, reduction_from_the_loss
 
@@ -109,7 +110,8 @@ class ReductionMismatch(Rule):
         keyword = site.keyword(api.keyword)
         yield self.finding(
             cell, facts, keyword.value if keyword is not None else site.node,
-            f'{what} uses "{given}" but {reason}: "{wanted}" keeps the single-card math',
+            _('{api} uses "{given}" but {reason}: "{wanted}" keeps the single-card math').format(
+                api=what, given=given, reason=reason, wanted=wanted),
             [_set_reduction(cell, facts, site, wanted, api)],
         )
 
@@ -171,7 +173,7 @@ def wrapper_reduction_for(context, names: set) -> Optional[str]:
 
 def _gradients_applied_by(context, names: set) -> Iterator:
     """(facts, tape.gradient call) for each ``<name>.apply_gradients(zip(grads, ...))`` of these names."""
-    for _, facts, apply in context.facts.calls("apply_gradients"):
+    for _unused, facts, apply in context.facts.calls("apply_gradients"):
         if receiver_name(apply) not in names:
             continue
         pairs = apply.argument(0, "grads_and_vars")

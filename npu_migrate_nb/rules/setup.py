@@ -7,6 +7,7 @@ from typing import AbstractSet, Iterable, List, Optional, Set, Tuple  # noqa: F4
 
 from ..facts import NPU_BRIDGE_NAMES
 from ..findings import NEEDS_NPU_BRIDGE, NEEDS_NPU_DEVICE, NEEDS_OS, Edit, Finding
+from ..i18n import _
 from .base import Example, Rule, insert_after, insert_before
 
 
@@ -46,14 +47,15 @@ class MissingSetup(Rule):
             return []
         cell, facts, node, edits = planned
         added = " / ".join(line for edit in edits for line in edit.code.splitlines())
-        return [self.finding(cell, facts, node, "the adapter's APIs are used without their setup: add " + added, edits)]
+        message = _("the adapter's APIs are used without their setup: add {setup}").format(setup=added)
+        return [self.finding(cell, facts, node, message, edits)]
 
 
 def needs_of_existing_code(context) -> Set[str]:
     """What the notebook's own cells need (its modules get their setup with their edits; the device a
     module's npu_device calls need is opened by the notebook)."""
     needs = set()
-    for _, facts in context.facts.notebook_cells:
+    for _unused, facts in context.facts.notebook_cells:
         for name in NPU_BRIDGE_NAMES & facts.names:
             bare_calls = [site for site in facts.calls_by_method.get(name, ()) if site.dotted == name]
             if bare_calls and name not in context.facts.aliases:
@@ -61,7 +63,7 @@ def needs_of_existing_code(context) -> Set[str]:
     if context.uses(*_NPU_DEVICE_APIS):
         needs.add(NEEDS_NPU_DEVICE)
     if context.facts.uses_name("getenv") and any(
-        site.dotted == "os.getenv" for cell, _, site in context.facts.calls("getenv") if cell not in context.module_at
+        site.dotted == "os.getenv" for cell, _unused, site in context.facts.calls("getenv") if cell not in context.module_at
     ):
         needs.add(NEEDS_OS)
     return needs
@@ -79,7 +81,7 @@ def setup_lines(context, needs: AbstractSet[str], cells=None) -> List[str]:
     """The setup statements still missing for ``needs`` in ``cells`` (default: the notebook's own),
     in the order they must run. Only the notebook opens the device."""
     cells = context.facts.notebook_cells if cells is None else cells
-    imports = [fact for _, facts in cells for fact in facts.imports]
+    imports = [fact for _unused, facts in cells for fact in facts.imports]
     lines = []
     if NEEDS_OS in needs and not any(fact.local == "os" and fact.module == "os" for fact in imports):
         lines.append("import os")

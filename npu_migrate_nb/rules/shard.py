@@ -8,6 +8,7 @@ from typing import Iterable, Iterator, List, Optional, Tuple
 from .. import knowledge as K
 from ..facts import CallSite, CellFacts, chain_root_name, dotted_name, receiver_name
 from ..findings import NEEDS_NPU_DEVICE, NEEDS_OS, Edit, Finding
+from ..i18n import N_, _, ngettext
 from ..ranks import rank_free_shards
 from .base import (
     Example,
@@ -501,9 +502,9 @@ class MissingShard(Rule):
 
     def prepare(self, context) -> None:
         if _reads_one_repeated_element(context):
-            context.mark("shard", "not-applicable", ONE_ELEMENT_REASON)
+            context.mark("shard", "not-applicable", _(ONE_ELEMENT_REASON))
         elif _training_reads_no_dataset(context):
-            context.mark("shard", "unknown", NO_DATASET_REASON)
+            context.mark("shard", "unknown", _(NO_DATASET_REASON))
 
     def check(self, context) -> Iterable[Finding]:
         if context.steps["shard"] != "missing":
@@ -535,9 +536,9 @@ class MissingShard(Rule):
         if "keras" in context.frameworks:
             findings += self._shard_arrays(context)
         return findings or ([] if owned else self.unlocated(
-            context, "every rank reads the same data, and no tf.data pipeline or input arrays were recognized "
-            "to shard: each rank must read its own slice (a dataset's .shard(RANK_SIZE, RANK_ID), arrays' "
-            "x[rank_id::rank_size], a Sequence's __getitem__) with the global batch split across ranks"
+            context, _("every rank reads the same data, and no tf.data pipeline or input arrays were recognized "
+                       "to shard: each rank must read its own slice (a dataset's .shard(RANK_SIZE, RANK_ID), arrays' "
+                       "x[rank_id::rank_size], a Sequence's __getitem__) with the global batch split across ranks")
         ))
 
     # -- tf.data pipelines
@@ -551,10 +552,10 @@ class MissingShard(Rule):
         if batch is not None and int_literal(_batch_argument(batch)) == 1:
             return self.finding(  # nothing to split: each rank reads its own samples, one a step
                 cell, facts, source.node,
-                "every rank reads the same data: add .shard(RANK_SIZE, RANK_ID) right after the source; its global "
-                "batch of 1 cannot be split, so each rank reads one sample a step and a step trains on RANK_SIZE "
-                "samples (scale the learning rate or the steps where the single-card math matters)"
-                + _even_cut_note(context, facts, source),
+                _("every rank reads the same data: add .shard(RANK_SIZE, RANK_ID) right after the source; its global "
+                  "batch of 1 cannot be split, so each rank reads one sample a step and a step trains on RANK_SIZE "
+                  "samples (scale the learning rate or the steps where the single-card math matters){note}").format(
+                    note=_even_cut_note(context, facts, source)),
                 _env_shard(cell, facts, source, None, context),
             )
         edits, ones = None, []
@@ -562,22 +563,26 @@ class MissingShard(Rule):
             edits = _shard_and_rebatch(context, cell, facts, source, batch)
         if edits is None:
             edits = _env_shard(cell, facts, source, batch, context)
-            how = "add .shard(RANK_SIZE, RANK_ID) right after the source, before shuffle and batch"
+            how = _("add .shard(RANK_SIZE, RANK_ID) right after the source, before shuffle and batch")
         else:
-            how = "add npu.distribute.shard_and_rebatch_dataset before shuffle and batch"
+            how = _("add npu.distribute.shard_and_rebatch_dataset before shuffle and batch")
             ones = _calls_with_a_batch_of_one(context, source, _batch_argument(batch))
             edits += [replace(c, f, node, K.RANK_SIZE_EXPR, [NEEDS_OS]) for c, f, node in ones]
-        split = ", and split the global batch across ranks" if batch is not None else ""
+        split = _(", and split the global batch across ranks") if batch is not None else ""
         if ones:
-            cells = ", ".join(str(c) for c in dict.fromkeys(c for c, _, _ in ones))
-            split += (f"; {'calls' if len(ones) > 1 else 'a call'} in cell {cells} "
-                      f"give{'' if len(ones) > 1 else 's'} it a global batch of 1, which cannot be split: RANK_SIZE "
-                      "instead, so that each rank reads one sample a step as one card did")
+            cells = ", ".join(str(c) for c in dict.fromkeys(c for c, _f, _n in ones))
+            split += ngettext(
+                "; a call in cell {cells} gives it a global batch of 1, which cannot be split: RANK_SIZE "
+                "instead, so that each rank reads one sample a step as one card did",
+                "; calls in cell {cells} give it a global batch of 1, which cannot be split: RANK_SIZE "
+                "instead, so that each rank reads one sample a step as one card did",
+                len(ones),
+            ).format(cells=cells)
         note = _even_cut_note(context, facts, source)
         context.shard_fix_splits_batch |= batch is not None
         return self.finding(
             cell, facts, source.node,
-            f"every rank reads the same data: {how}{split}{note}", edits,
+            _("every rank reads the same data: {how}{split}{note}").format(how=how, split=split, note=note), edits,
         )
 
     def _shard_by_rank(self, context, cell, facts: CellFacts, shard: CallSite, batch: Optional[CallSite]) -> Finding:
@@ -590,17 +595,17 @@ class MissingShard(Rule):
         if size is not None:
             edits.append(_divided(cell, facts, size, K.RANK_SIZE_EXPR, [NEEDS_OS]))
             context.shard_fix_splits_batch = True
-        split = ", and split the global batch across ranks" if size is not None else ""
+        split = _(", and split the global batch across ranks") if size is not None else ""
         return self.finding(
             cell, facts, shard.node,
-            "every rank reads the same data: this "
-            f".shard({facts.segment(count)}, {facts.segment(index)}) takes the same part on every rank: "
-            f"shard by RANK_SIZE and RANK_ID{split}", edits,
+            _("every rank reads the same data: this .shard({count}, {index}) takes the same part on every rank: "
+              "shard by RANK_SIZE and RANK_ID{split}").format(
+                count=facts.segment(count), index=facts.segment(index), split=split), edits,
         )
 
     # -- Keras utilities that batch (and shuffle) by themselves
     def _shard_batched_source(self, context, cell, facts: CellFacts, source: CallSite) -> Finding:
-        default_batch, _ = K.BATCHED_SOURCE_DEFAULTS[source.method]
+        default_batch, _shuffles = K.BATCHED_SOURCE_DEFAULTS[source.method]
         size = source.keyword("batch_size")
         global_batch = facts.segment(size.value) if size is not None else str(default_batch)
         per_rank = global_batch if size is None or _is_simple(size.value) else f"({global_batch})"
@@ -610,10 +615,12 @@ class MissingShard(Rule):
         context.shard_fix_splits_batch = True
         return self.finding(
             cell, facts, source.node,
-            f"every rank reads the same data: {source.method} returns whole batches, so unbatch, take this "
-            "rank's shard and batch its part of the global batch"
-            + (f"; its shuffle gets seed={K.SHARED_SEED}, the same on every rank (a different shuffle per rank "
-               "before the shard gives ranks overlapping samples)" if needs_shared_seed(source) else ""),
+            _("every rank reads the same data: {method} returns whole batches, so unbatch, take this "
+              "rank's shard and batch its part of the global batch{seed_note}").format(
+                method=source.method,
+                seed_note=_("; its shuffle gets seed={seed}, the same on every rank (a different shuffle per rank "
+                            "before the shard gives ranks overlapping samples)").format(seed=K.SHARED_SEED)
+                if needs_shared_seed(source) else ""),
             [replace(cell, facts, source.node, code, [NEEDS_OS])],
         )
 
@@ -628,7 +635,7 @@ class MissingShard(Rule):
                 edits = [replace_with(cell, facts, site.node, RANK_BATCHES + "({flow})", [NEEDS_OS], flow=site.node),
                          _divided(cell, facts, size.value, per_rank, [NEEDS_OS])]
             else:
-                default_batch, _ = K.IMAGE_GENERATOR_FLOWS[site.method]
+                default_batch, _shuffles = K.IMAGE_GENERATOR_FLOWS[site.method]
                 flow = with_last_argument(facts, site, f"batch_size={default_batch} // {per_rank}")
                 edits = [replace(cell, facts, site.node, f"{RANK_BATCHES}({flow})", [NEEDS_OS])]
             if not defined:
@@ -638,9 +645,9 @@ class MissingShard(Rule):
             context.shard_fix_splits_batch = True
             findings.append(self.finding(
                 cell, facts, site.node,
-                f"every rank reads the same images: {site.method} gives whole batches; make them per-rank batches "
-                f"and give each rank its part of every global batch ({RANK_BATCHES}: batch i * RANK_SIZE + RANK_ID, "
-                "one sample order on every rank)", edits,
+                _("every rank reads the same images: {method} gives whole batches; make them per-rank batches "
+                  "and give each rank its part of every global batch ({sequence}: batch i * RANK_SIZE + RANK_ID, "
+                  "one sample order on every rank)").format(method=site.method, sequence=RANK_BATCHES), edits,
             ))
         return findings
 
@@ -673,11 +680,11 @@ class MissingShard(Rule):
             size_cell, size_facts, value = size
             edits.append(_divided(size_cell, size_facts, value, K.RANK_SIZE_EXPR, [NEEDS_OS]))
             context.shard_fix_splits_batch = True
-        split = ", and split the batch size across ranks" if size is not None else ""
+        split = _(", and split the batch size across ranks") if size is not None else ""
         return self.finding(
             cell, facts, slices[0],
-            f"every rank feeds the same rows of {', '.join(sorted(arrays))}: step through this rank's rows "
-            f"(every RANK_SIZE-th from RANK_ID){split}", edits,
+            _("every rank feeds the same rows of {arrays}: step through this rank's rows "
+              "(every RANK_SIZE-th from RANK_ID){split}").format(arrays=", ".join(sorted(arrays)), split=split), edits,
         )
 
     # -- numpy arrays given to fit
@@ -690,11 +697,13 @@ class MissingShard(Rule):
                 continue
             arrays = [leaf for argument in (site.argument(0, "x"), site.argument(1, "y")) if argument is not None
                       for leaf in _array_leaves(argument)]
-            message = ("every rank reads all the arrays of this input_fn: give each rank every N-th row "
-                       "(x[RANK_ID::RANK_SIZE]) and split the batch size across ranks")
             if not arrays or any(leaf is None for leaf in arrays):
-                findings.append(self.finding(cell, facts, site.node, message + " (slice each array by hand)"))
+                findings.append(self.finding(cell, facts, site.node, _(
+                    "every rank reads all the arrays of this input_fn: give each rank every N-th row "
+                    "(x[RANK_ID::RANK_SIZE]) and split the batch size across ranks (slice each array by hand)")))
                 continue
+            message = _("every rank reads all the arrays of this input_fn: give each rank every N-th row "
+                        "(x[RANK_ID::RANK_SIZE]) and split the batch size across ranks")
             rank_slice = f"[{K.RANK_ID_EXPR}::{K.RANK_SIZE_EXPR}]"
             edits = [_sliced(cell, facts, array, rank_slice, [NEEDS_OS]) for array in arrays]
             batch_size = site.keyword("batch_size")
@@ -715,14 +724,17 @@ class MissingShard(Rule):
             y = site.argument(1, "y")
             if x is None or y is None or receiver_name(site) is None:
                 continue
-            message = (
+            arrays = _array_leaves(x) + _array_leaves(y)
+            if any(leaf is None for leaf in arrays) or _bound_to_a_container(context, x):
+                yield self.finding(cell, facts, x, _(
+                    "every rank trains on all the arrays: give each rank every N-th sample "
+                    "(x[rank_id::rank_size]) and split the batch size across ranks "
+                    "(slice each input array; not done automatically here)"))
+                continue
+            message = _(
                 "every rank trains on all the arrays: give each rank every N-th sample "
                 "(x[rank_id::rank_size]) and split the batch size across ranks"
             )
-            arrays = _array_leaves(x) + _array_leaves(y)
-            if any(leaf is None for leaf in arrays) or _bound_to_a_container(context, x):
-                yield self.finding(cell, facts, x, message + " (slice each input array; not done automatically here)")
-                continue
             scope = (cell, site.function)
             context.shard_fix_splits_batch = True
             edits = _array_edits(cell, facts, site, arrays, define_rank=scope not in scopes_with_rank_line)
@@ -735,13 +747,13 @@ def _image_generator_flows(context) -> Iterator:
     whose iterator fit trains on: given to fit, or the last binding of the name fit is given. Other
     uses (``next(...)``, a ``from_generator`` of a fixed batch shape) keep the iterator as it is."""
     generators = set()
-    for _, _, site in context.facts.calls_to(K.IMAGE_DATA_GENERATOR):
+    for _cell, _facts, site in context.facts.calls_to(K.IMAGE_DATA_GENERATOR):
         target = single_target(site.stmt) if getattr(site.stmt, "value", None) is site.node else None
         if target is not None:
             generators.add(target)
     flows = [found for found in context.facts.calls(*K.IMAGE_GENERATOR_FLOWS) if _on_a_generator(context, found[2], generators)]
     trained = set()
-    for fit_cell, _, fit in context.facts.calls(*K.KERAS_FIT_METHODS):
+    for fit_cell, _fit_facts, fit in context.facts.calls(*K.KERAS_FIT_METHODS):
         x = fit.argument(0, "x")
         before = [found for found in flows if (found[0], found[2].node.lineno) < (fit_cell, fit.node.lineno)]
         if isinstance(x, ast.Name):
@@ -804,7 +816,7 @@ def _is_placeholder(context, name: str) -> bool:
     return any(
         isinstance(assignment.value, ast.Call)
         and context.facts.resolve(dotted_name(assignment.value.func)) == "tensorflow.placeholder"
-        for _, _, assignment in context.facts.assignments(name)
+        for _cell, _facts, assignment in context.facts.assignments(name)
     )
 
 
@@ -853,7 +865,7 @@ def is_validation_subset(site: CallSite) -> bool:
 
 def needs_shared_seed(source: CallSite) -> bool:
     """A batched Keras source that shuffles (by default or as asked) with a seed of its own per rank."""
-    _, shuffles = K.BATCHED_SOURCE_DEFAULTS.get(source.method, (None, False))
+    _batch, shuffles = K.BATCHED_SOURCE_DEFAULTS.get(source.method, (None, False))
     shuffle = source.keyword("shuffle")
     if shuffle is not None:
         shuffles = not (isinstance(shuffle.value, ast.Constant) and shuffle.value.value is False)
@@ -873,7 +885,7 @@ def with_last_argument(facts: CellFacts, call: CallSite, argument: str) -> str:
     return f"{inside}{separator}{argument})"
 
 
-ONE_ELEMENT_REASON = (
+ONE_ELEMENT_REASON = N_(
     "the training data is one element repeated (Dataset.from_tensors(...).repeat()): every rank reads the "
     "same sample whatever the split, so there is nothing to shard"
 )
@@ -882,13 +894,13 @@ ONE_ELEMENT_REASON = (
 def _reads_one_repeated_element(context) -> bool:
     """Every dataset the notebook makes is ``from_tensors`` (one element), and nothing else feeds training
     (no arrays to fit, no other source)."""
-    sources = [site for _, facts, site in context.facts.calls_to(*K.DATASET_SOURCES) if not _for_evaluation(facts, site)]
+    sources = [site for _cell, facts, site in context.facts.calls_to(*K.DATASET_SOURCES) if not _for_evaluation(facts, site)]
     if not sources or any(site.method != "from_tensors" for site in sources):
         return False
-    return not any(site.argument(1, "y") is not None for _, _, site in context.facts.calls("fit"))
+    return not any(site.argument(1, "y") is not None for _cell, _facts, site in context.facts.calls("fit"))
 
 
-NO_DATASET_REASON = (
+NO_DATASET_REASON = N_(
     "no dataset reaches the training: the notebook's datasets only show an API (nothing trains on them), "
     "and what its training steps read was not recognized; if that is data rather than tensors the notebook "
     "makes, give each rank its slice by hand"
@@ -898,16 +910,16 @@ NO_DATASET_REASON = (
 def _training_reads_no_dataset(context) -> bool:
     """Datasets are made, none reaches the training, and no other input the rule knows is read (arrays
     given to fit, an Estimator's input, a session's feed, Keras' batching utilities)."""
-    sources = [site for _, facts, site in context.facts.calls_to(*K.DATASET_SOURCES) if not _for_evaluation(facts, site)]
+    sources = [site for _cell, facts, site in context.facts.calls_to(*K.DATASET_SOURCES) if not _for_evaluation(facts, site)]
     if not sources or not all(site.method == "from_tensors" or feeds_no_training(context, site) for site in sources):
         return False
     if any(site.receiver is not None or context.facts.function(site.method) is None  # not a notebook's train()
-           for _, _, site in context.facts.calls(*K.KERAS_FIT_METHODS, "train_on_batch", "train", "train_and_evaluate")):
+           for _cell, _facts, site in context.facts.calls(*K.KERAS_FIT_METHODS, "train_on_batch", "train", "train_and_evaluate")):
         return False
     if any(context.facts.calls_to(*K.BATCHED_SOURCES)) or any(_image_generator_flows(context)):
         return False
     return not any(site.keyword("feed_dict") is not None or len(site.node.args) > 1
-                   for _, _, site in context.facts.calls("run"))
+                   for _cell, _facts, site in context.facts.calls("run"))
 
 
 # Dataset methods that make the samples out of the source's elements (a time series' windows): a
@@ -1017,12 +1029,13 @@ def _even_cut(context, facts: CellFacts, source: CallSite) -> Optional[Tuple[str
     incomplete last group dropped."""
     counted = _samples_named(context, source)
     if counted is not None:
-        return f".take(len({counted}) // {K.RANK_SIZE_EXPR} * {K.RANK_SIZE_EXPR})", f"the samples of {counted}", ".take"
+        return (f".take(len({counted}) // {K.RANK_SIZE_EXPR} * {K.RANK_SIZE_EXPR})",
+                _("the samples of {name}").format(name=counted), ".take")
     top = source.chain()[-1]
     variable = single_target(top.stmt) if top.node is getattr(top.stmt, "value", None) else None
     if _samples_made_at(facts, source, variable) is not None:
-        return (f".batch({K.RANK_SIZE_EXPR}, drop_remainder=True).unbatch()", "the windows",
-                ".batch(RANK_SIZE, drop_remainder=True).unbatch(), since tf.data cannot count them")
+        return (f".batch({K.RANK_SIZE_EXPR}, drop_remainder=True).unbatch()", _("the windows"),
+                _(".batch(RANK_SIZE, drop_remainder=True).unbatch(), since tf.data cannot count them"))
     return None
 
 
@@ -1030,8 +1043,9 @@ def _even_cut_note(context, facts: CellFacts, source: CallSite) -> str:
     cut = _even_cut(context, facts, source)
     if cut is None:
         return ""
-    return (f"; {cut[1]} are first cut to a multiple of RANK_SIZE ({cut[2]}), so that every rank runs as many steps "
-            "(an uneven shard leaves one rank waiting in an all-reduce the other never joins)")
+    return _("; {what} are first cut to a multiple of RANK_SIZE ({how}), so that every rank runs as many steps "
+             "(an uneven shard leaves one rank waiting in an all-reduce the other never joins)").format(
+        what=cut[1], how=cut[2])
 
 
 def _samples_named(context, source: CallSite) -> Optional[str]:
@@ -1047,7 +1061,7 @@ def _samples_named(context, source: CallSite) -> Optional[str]:
     for part in parts:  # ({'type': [...], ...}, labels): the labels' list counts the samples
         if not isinstance(part, ast.Name):
             continue
-        bound = [a for _, _, a in context.facts.assignments(part.id) if a.function is None and not a.tuple_target]
+        bound = [a for _cell, _facts, a in context.facts.assignments(part.id) if a.function is None and not a.tuple_target]
         if bound and all(isinstance(a.value, ast.List) and a.value.elts and _is_samples(a.value) for a in bound):
             return part.id
     return None
@@ -1138,7 +1152,7 @@ def _bound_to_a_container(context, x: ast.expr) -> bool:
     """``inputs = [a, b]; model.fit(inputs, y)``: slicing ``inputs`` would slice the list of inputs."""
     if not isinstance(x, ast.Name):
         return False
-    values = [a.value for _, _, a in context.facts.assignments(x.id) if not a.tuple_target]
+    values = [a.value for _cell, _facts, a in context.facts.assignments(x.id) if not a.tuple_target]
     return bool(values) and isinstance(values[-1], (ast.Dict, ast.List, ast.Tuple)) and not _is_samples(values[-1])
 
 

@@ -8,6 +8,7 @@ from typing import Iterable, Iterator
 from .. import knowledge as K
 from ..facts import chain_root_name
 from ..findings import Finding
+from ..i18n import _
 from .base import Example, Rule, replace
 
 
@@ -58,8 +59,9 @@ class ShardAfterBatch(Rule):
             if batched is not None:
                 yield self.finding(
                     cell, facts, site.node,
-                    f"shard after batch: {root} was batched at line {batched.lineno}, so ranks split whole "
-                    "batches of the global size; shard right after the source, then batch",
+                    _("shard after batch: {name} was batched at line {line}, so ranks split whole "
+                      "batches of the global size; shard right after the source, then batch").format(
+                        name=root, line=batched.lineno),
                 )
 
     def _chained(self, context) -> Iterator[Finding]:
@@ -75,7 +77,7 @@ class ShardAfterBatch(Rule):
             fixed = f"{base}.shard({shard_args}).{batch.func.attr}{batch_args}"
             yield self.finding(
                 cell, facts, site.node,
-                "shard after batch: each rank gets whole batches of the global size; shard first, then batch",
+                _("shard after batch: each rank gets whole batches of the global size; shard first, then batch"),
                 [replace(cell, facts, site.node, fixed)],
             )
 
@@ -88,9 +90,9 @@ class ShardAfterBatch(Rule):
             if stmt is not None:
                 yield self.finding(
                     cell, facts, site.node,
-                    f"shard_and_rebatch_dataset is given {dataset.id} after it was batched "
-                    f"(cell line {stmt.lineno}): call it on the unbatched dataset, then batch with "
-                    "the per-rank size it returns",
+                    _("shard_and_rebatch_dataset is given {name} after it was batched "
+                      "(cell line {line}): call it on the unbatched dataset, then batch with "
+                      "the per-rank size it returns").format(name=dataset.id, line=stmt.lineno),
                 )
 
 

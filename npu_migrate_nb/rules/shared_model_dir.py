@@ -13,6 +13,7 @@ from typing import Iterable, Iterator
 
 from .. import knowledge as K
 from ..findings import NEEDS_OS, Finding
+from ..i18n import _
 from .base import Example, Rule, mentions, replace_with
 
 MODEL_DIR_OWNERS = frozenset(
@@ -68,8 +69,8 @@ class SharedModelDir(Rule):
                 continue
             yield self.finding(
                 cell, facts, model_dir,
-                "every rank writes checkpoints to the same model_dir and the ranks race on its files: give each "
-                "rank a folder of its own in it (each resumes from its own checkpoints, so all run the same steps)",
+                _("every rank writes checkpoints to the same model_dir and the ranks race on its files: give each "
+                  "rank a folder of its own in it (each resumes from its own checkpoints, so all run the same steps)"),
                 [replace_with(cell, facts, model_dir, PER_RANK_MODEL_DIR, [NEEDS_OS], model_dir=model_dir)],
             )
 

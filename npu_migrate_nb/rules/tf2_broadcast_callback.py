@@ -7,6 +7,7 @@ from typing import Iterable, Iterator, Optional
 
 from ..facts import receiver_name
 from ..findings import NEEDS_NPU_DEVICE, Finding
+from ..i18n import _
 from .base import Example, Rule, insert_before, remove_element, remove_statement, replace
 from .broadcast import first_batch_broadcast, model_is_built_before_fit
 
@@ -103,9 +104,9 @@ class TF2BroadcastCallback(Rule):
         for cell, facts, site in tf2_callbacks_appends(context):
             yield self.finding(
                 cell, facts, site.node,
-                "npu_callbacks_append under the TF2 adapter appends NPUBroadcastGlobalVariablesCallback, which "
-                f"never broadcasts (a defect of the adapter): call {context.npu}.distribute.broadcast("
-                "model.trainable_variables) before fit instead",
+                _("npu_callbacks_append under the TF2 adapter appends NPUBroadcastGlobalVariablesCallback, which "
+                  "never broadcasts (a defect of the adapter): call {npu}.distribute.broadcast("
+                  "model.trainable_variables) before fit instead").format(npu=context.npu),
                 broadcast_instead_of_append(context, cell, facts, site),
             )
         for cell, facts, site in context.facts.calls("NPUBroadcastGlobalVariablesCallback"):
@@ -114,8 +115,9 @@ class TF2BroadcastCallback(Rule):
             edits = broadcast_instead_of_callback(context, cell, facts, site)
             yield self.finding(
                 cell, facts, site.node,
-                "the TF2 NPUBroadcastGlobalVariablesCallback never broadcasts (a defect of the adapter): "
-                f"call {context.npu}.distribute.broadcast(model.trainable_variables) before fit instead",
+                _("the TF2 NPUBroadcastGlobalVariablesCallback never broadcasts (a defect of the adapter): "
+                  "call {npu}.distribute.broadcast(model.trainable_variables) before fit instead").format(
+                    npu=context.npu),
                 edits,
             )
 

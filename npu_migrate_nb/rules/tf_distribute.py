@@ -15,6 +15,7 @@ from typing import Dict, Iterable, Iterator, List, Optional, Set, Tuple
 from .. import knowledge as K
 from ..facts import CellFacts
 from ..findings import NEEDS_NPU_DEVICE, NEEDS_OS, Edit, Finding
+from ..i18n import _
 from .base import Example, Rule, remove_statement, replace, replace_with, single_target
 
 _PRELUDE = "import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\n"
@@ -148,19 +149,27 @@ class TfDistributeLeftover(Rule):
         name = single_target(creation.stmt) if getattr(creation.stmt, "value", None) is creation.node else None
         uses = list(_uses(context, name)) if name else []
         conversions = [(use, _convert(context, use)) for use in uses]
-        by_hand = name is None or any(edits is None for _, (_, edits) in conversions)
-        lead = f"{what} left in the script: on Ascend each rank is one process on one chip, and the adapter's " \
-               "broadcast, all-reduce and shard replace the strategy"
+        by_hand = name is None or any(edits is None for _use, (_message, edits) in conversions)
         if by_hand:
-            left = [f"cell {use.cell} line {use.node.lineno}: {facts_segment(use)}"
-                    for use, (_, edits) in conversions if edits is None]
-            detail = "; no automatic fix for " + ("; ".join(left) if left else "a strategy not assigned to a name")
-            return [self.finding(cell, facts, creation.node, lead + detail + ": port it by hand")]
-        found = [self.finding(cell, facts, creation.node, lead + "; removed",
-                              [remove_statement(cell, facts, creation.stmt)])]
+            left = [
+                _("cell {cell} line {line}: {code}").format(cell=use.cell, line=use.node.lineno, code=facts_segment(use))
+                for use, (_message, edits) in conversions if edits is None
+            ]
+            message = _(
+                "{strategy} left in the script: on Ascend each rank is one process on one chip, and the adapter's "
+                "broadcast, all-reduce and shard replace the strategy; no automatic fix for {uses}: port it by hand"
+            ).format(strategy=what, uses="; ".join(left) if left else _("a strategy not assigned to a name"))
+            return [self.finding(cell, facts, creation.node, message)]
+        message = _(
+            "{strategy} left in the script: on Ascend each rank is one process on one chip, and the adapter's "
+            "broadcast, all-reduce and shard replace the strategy; removed"
+        ).format(strategy=what)
+        found = [self.finding(cell, facts, creation.node, message, [remove_statement(cell, facts, creation.stmt)])]
         for use, (message, edits) in conversions:
             fix = _body_text(use.facts, use.statement) if any(edit.kind == "unwrap" for edit in edits) else None
-            found.append(self.finding(use.cell, use.facts, use.outer, f"{facts_segment(use)}: {message}", edits, fix=fix))
+            found.append(self.finding(use.cell, use.facts, use.outer,
+                                      _("{code}: {explanation}").format(code=facts_segment(use), explanation=message),
+                                      edits, fix=fix))
         return found
 
 
@@ -206,11 +215,11 @@ def _parents(tree: ast.AST) -> Dict[int, ast.AST]:
 
 def _convert(context, use: _Use) -> Conversion:
     if use.attribute == "num_replicas_in_sync" and use.call is None:
-        return "one replica per rank: the replica count is the rank count", [
+        return _("one replica per rank: the replica count is the rank count"), [
             replace(use.cell, use.facts, use.outer, K.RANK_SIZE_EXPR, [NEEDS_OS])]
     converter = _CALLS.get(use.attribute) if use.call is not None else None
     if converter is None:
-        return "no counterpart on Ascend", None
+        return _("no counterpart on Ascend"), None
     return converter(context, use)
 
 
@@ -218,11 +227,11 @@ def _scope(context, use: _Use) -> Conversion:
     item, stmt = use.parent_of_outer, use.statement
     if (isinstance(item, ast.withitem) and isinstance(stmt, ast.With) and stmt.items == [item]
             and item.optional_vars is None and not _holds_ipython_lines(use.facts, stmt)):
-        return "its body stays, out of the scope: one copy of each variable per rank, synchronized by the " \
-               "adapter's broadcast and all-reduce", [Edit(use.cell, "unwrap", use.facts.start(stmt), use.facts.end(stmt))]
+        return _("its body stays, out of the scope: one copy of each variable per rank, synchronized by the "
+                 "adapter's broadcast and all-reduce"), [Edit(use.cell, "unwrap", use.facts.start(stmt), use.facts.end(stmt))]
     return (
-        "the default strategy's scope (a no-op): one copy of each variable per rank, synchronized by "
-        "the adapter's broadcast and all-reduce",
+        _("the default strategy's scope (a no-op): one copy of each variable per rank, synchronized by "
+          "the adapter's broadcast and all-reduce"),
         [replace(use.cell, use.facts, use.node, f"{context.tf}.distribute.get_strategy()")],
     )
 
@@ -235,12 +244,12 @@ def _holds_ipython_lines(facts: CellFacts, stmt: ast.With) -> bool:
 
 def _run(context, use: _Use) -> Conversion:
     if _is_strategy_call(use.parent_of_outer, use.node.id, "reduce"):
-        return "the step runs once on this rank (converted with the reduce around it)", []
+        return _("the step runs once on this rank (converted with the reduce around it)"), []
     built = _run_pattern(use.call)
     if built is None:
-        return "no function given", None
+        return _("no function given"), None
     pattern, parts = built
-    return "the step runs once on this rank", [replace_with(use.cell, use.facts, use.call, pattern, **parts)]
+    return _("the step runs once on this rank"), [replace_with(use.cell, use.facts, use.call, pattern, **parts)]
 
 
 def _is_strategy_call(node: Optional[ast.AST], name: str, method: str) -> bool:
@@ -280,7 +289,7 @@ def _reduce(context, use: _Use) -> Conversion:
     reduction = _reduction_of(_argument(call, 0, "reduce_op"))
     value, axis = _argument(call, 1, "value"), _argument(call, 2, "axis")
     if reduction is None or value is None or context.tf1:
-        return "a reduction the adapter cannot express here", None
+        return _("a reduction the adapter cannot express here"), None
     npu, tf = context.npu, context.tf
     inner = "{value}"
     parts: Dict[str, ast.AST] = {"value": value}
@@ -288,26 +297,27 @@ def _reduce(context, use: _Use) -> Conversion:
         # One edit for both: the rewriter cannot fill a hole with a node that has an edit of its own.
         built = _run_pattern(value)
         if built is None:
-            return "no function given to run", None
+            return _("no function given to run"), None
         inner, parts = built
     if axis is None or _is_none(axis):
         pattern = f'{npu}.distribute.all_reduce({inner}, reduction="{reduction}")'
-        why = "the sum across replicas becomes the sum across ranks" if reduction == "sum" else \
-            "the mean across replicas becomes the mean across ranks"
+        why = _("the sum across replicas becomes the sum across ranks") if reduction == "sum" else \
+            _("the mean across replicas becomes the mean across ranks")
     else:
         local = "reduce_sum" if reduction == "sum" else "reduce_mean"
         pattern = f'{npu}.distribute.all_reduce({tf}.{local}({inner}, axis={{axis}}), reduction="{reduction}")'
         parts = {**parts, "axis": axis}
-        why = f"this rank's value is reduced along axis {use.facts.segment(axis)}, then across ranks " \
-              f"({reduction}; a mean is exact with equal per-rank batches)"
+        why = _("this rank's value is reduced along axis {axis}, then across ranks "
+                "({reduction}; a mean is exact with equal per-rank batches)").format(
+            axis=use.facts.segment(axis), reduction=reduction)
     return why, [replace_with(use.cell, use.facts, call, pattern, [NEEDS_NPU_DEVICE], **parts)]
 
 
 def _distribute_dataset(context, use: _Use) -> Conversion:
     dataset = _argument(use.call, 0, "dataset")
     if dataset is None:
-        return "no dataset given", None
-    return "the rank iterates its own shard of the dataset (see missing-shard)", [
+        return _("no dataset given"), None
+    return _("the rank iterates its own shard of the dataset (see missing-shard)"), [
         replace_with(use.cell, use.facts, use.call, "{dataset}", dataset=dataset)]
 
 
@@ -315,7 +325,7 @@ def _datasets_from_function(context, use: _Use) -> Conversion:
     function = _argument(use.call, 0, "dataset_fn")
     found = dataset_function(context, function)
     if found is None or not shards_by_input_context(found[2], found[3]):
-        return "a dataset function that does not shard by its InputContext", None
+        return _("a dataset function that does not shard by its InputContext"), None
     cell, facts, definition, parameter = found
     values = K.INPUT_CONTEXT_VALUES
     input_context = (
@@ -328,7 +338,7 @@ def _datasets_from_function(context, use: _Use) -> Conversion:
     else:
         edits = [replace_with(use.cell, use.facts, use.call, "{fn}(" + input_context + ")", [NEEDS_OS], fn=function)]
     edits += _input_context_edits(cell, facts, definition, parameter)
-    return "the function is called with this rank's InputContext: one pipeline per rank, its id the rank id", edits
+    return _("the function is called with this rank's InputContext: one pipeline per rank, its id the rank id"), edits
 
 
 def dataset_function(context, function: Optional[ast.expr]):
@@ -366,8 +376,8 @@ def _parameter_given(definition: ast.AST, call: ast.Call, name: str) -> Optional
 def _experimental_local_results(context, use: _Use) -> Conversion:
     value = _argument(use.call, 0, "value")
     if value is None:
-        return "no value given", None
-    return "one replica per rank: its value alone", [
+        return _("no value given"), None
+    return _("one replica per rank: its value alone"), [
         replace_with(use.cell, use.facts, use.call, "({value},)", value=value)]
 
 
@@ -406,7 +416,7 @@ def dataset_functions_owned(context) -> Set[str]:
     """Dataset functions given to ``distribute_datasets_from_function`` that shard by their
     InputContext: this rule turns that shard into the rank's, so missing-shard leaves them alone."""
     owned = set()
-    for _, _, site in context.facts.calls("distribute_datasets_from_function"):
+    for _cell, _facts, site in context.facts.calls("distribute_datasets_from_function"):
         found = dataset_function(context, _argument(site.node, 0, "dataset_fn"))
         if found is not None and shards_by_input_context(found[2], found[3]):
             owned.add(found[2].name)

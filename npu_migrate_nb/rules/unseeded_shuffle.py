@@ -14,6 +14,7 @@ from typing import Iterable, Iterator, Optional, Tuple
 from .. import knowledge as K
 from ..facts import CellFacts, dotted_name
 from ..findings import Finding
+from ..i18n import _
 from .base import Example, Rule, add_argument
 from .shard import needs_shared_seed
 
@@ -67,9 +68,9 @@ class UnseededShuffle(Rule):
             if shuffle is not None and (cell, id(shuffle)) not in found:
                 found[(cell, id(shuffle))] = self.finding(
                     cell, facts, shuffle,
-                    "this shuffle comes before the shard with a seed of its own on each rank, so each rank takes "
-                    "its shard of a different permutation: ranks read overlapping samples and miss others; give "
-                    f"it seed={K.SHARED_SEED}, the same on every rank (or shuffle after the shard)",
+                    _("this shuffle comes before the shard with a seed of its own on each rank, so each rank takes "
+                      "its shard of a different permutation: ranks read overlapping samples and miss others; give "
+                      "it seed={seed}, the same on every rank (or shuffle after the shard)").format(seed=K.SHARED_SEED),
                     [add_argument(cell, facts, shuffle, f"seed={K.SHARED_SEED}")],
                 )
         return list(found.values())

@@ -4,11 +4,18 @@ the simulation jobs. ``analyze`` and ``fix`` never execute code and never take a
 Errors are JSON ``{"message": ..., "reason": ...}`` (Jupyter's API error format): 400 unusable input
 (one line), 413 a body over 10 MB, 404 an unknown job, 409 a simulation of the same notebook already
 running (the body also has its ``id``), 429 too many simulations at once, 503 no simulator installed.
+
+Each request speaks the language of the JupyterLab that sent it: its ``lang`` query argument (the lab's
+``translator.languageCode``: ``zh-CN``, ``en``), else the language the lab is set to on the server
+(jupyterlab_server's translator), else English. An unknown ``lang`` is a 400. A simulation speaks the
+language of the request that started it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import importlib.util
 import json
 import math
@@ -21,7 +28,9 @@ from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
 from tornado import web
 
+from .. import i18n
 from ..analysis import BROADCAST_STYLES, REDUCTIONS, Options, analyze
+from ..i18n import N_, _
 from ..notebook import InputError, Notebook, loads_notebook
 from .jobs import JobConflict, JobManager
 
@@ -47,6 +56,28 @@ def _one_line(message: str) -> str:
     return " ".join(str(message).split())
 
 
+def lab_language() -> Optional[str]:
+    """The language JupyterLab is set to on this server (its settings set jupyterlab_server's translator
+    whenever the lab loads them), if it is one we have."""
+    try:
+        from jupyterlab_server.translation_utils import translator
+    except Exception:
+        return None
+    locale = getattr(translator, "_LOCALE", None)
+    return i18n.normalize(locale) if isinstance(locale, str) else None
+
+
+def speaks(method):
+    """Run the handler's ``method`` in the language of its request (a 400 for an unknown ``lang``)."""
+
+    @functools.wraps(method)
+    async def in_the_request_language(self, *args, **kwargs):
+        with i18n.language(self.request_language()):
+            return await method(self, *args, **kwargs)
+
+    return in_the_request_language
+
+
 class _Base(APIHandler):
     auth_resource = AUTH_RESOURCE
 
@@ -54,19 +85,32 @@ class _Base(APIHandler):
     def jobs(self) -> JobManager:
         return self.settings[JOBS_SETTING]
 
+    def request_language(self) -> str:
+        """``lang`` of the query (``zh-CN``, ``zh_CN``, ``en``), else the lab's language, else English."""
+        fallback = lab_language() or i18n.SOURCE_LANGUAGE
+        given = self.get_query_argument("lang", None)
+        if given is None or not given.strip():
+            return fallback
+        with i18n.language(fallback):
+            try:
+                return i18n.choose(given.strip())
+            except ValueError as error:
+                raise _bad_request(_("unsupported 'lang' query argument: {error}").format(error=error)) from None
+
     def json_body(self) -> Dict[str, Any]:
         body = self.request.body or b""
         if len(body) > MAX_BODY_BYTES:
-            raise web.HTTPError(413, f"the request body is {len(body):,} bytes, over the limit of "
-                                     f"{MAX_BODY_BYTES:,} bytes (10 MB)")
+            raise web.HTTPError(413, _("the request body is {size} bytes, over the limit of {limit} bytes (10 MB)")
+                                .format(size=f"{len(body):,}", limit=f"{MAX_BODY_BYTES:,}"))
         try:
             data = json.loads(body)
         except UnicodeDecodeError:
-            raise _bad_request("the request body is not UTF-8 text") from None
+            raise _bad_request(_("the request body is not UTF-8 text")) from None
         except json.JSONDecodeError as error:
-            raise _bad_request(f"invalid JSON at line {error.lineno} column {error.colno}: {error.msg}") from None
+            raise _bad_request(_("invalid JSON at line {line} column {column}: {error}").format(
+                line=error.lineno, column=error.colno, error=error.msg)) from None
         if not isinstance(data, dict):
-            raise _bad_request(f"the request body must be a JSON object, not {_json_type(data)}")
+            raise _bad_request(_("the request body must be a JSON object, not {type}").format(type=_json_type(data)))
         return data
 
     def display_path(self, body: Dict[str, Any]) -> str:
@@ -74,16 +118,17 @@ class _Base(APIHandler):
         if path is None:
             return DEFAULT_PATH
         if not isinstance(path, str) or not path.strip():
-            raise _bad_request("'path' must be a non-empty string")
+            raise _bad_request(_("'path' must be a non-empty string"))
         return path
 
     def notebook(self, body: Dict[str, Any], path: str) -> Tuple[Notebook, str]:
         """The posted notebook, read exactly as ``check`` reads a file, and its JSON text."""
         document = body.get("notebook")
         if document is None:
-            raise _bad_request("missing 'notebook': the notebook's nbformat v4 JSON object")
+            raise _bad_request(_("missing 'notebook': the notebook's nbformat v4 JSON object"))
         if not isinstance(document, dict):
-            raise _bad_request(f"'notebook' must be a notebook JSON object, not {_json_type(document)}")
+            raise _bad_request(_("'notebook' must be a notebook JSON object, not {type}").format(
+                type=_json_type(document)))
         text = json.dumps(document, ensure_ascii=False)
         try:
             return loads_notebook(text, path), text
@@ -109,20 +154,22 @@ class _Base(APIHandler):
         if given is None:
             return Options()
         if not isinstance(given, dict):
-            raise _bad_request(f"'options' must be a JSON object, not {_json_type(given)}")
+            raise _bad_request(_("'options' must be a JSON object, not {type}").format(type=_json_type(given)))
         unknown = sorted(set(given) - {"ranks", "broadcast_style", "reduction"})
         if unknown:
-            raise _bad_request(f"unknown option {unknown[0]!r} (options: ranks, broadcast_style, reduction)")
+            raise _bad_request(_("unknown option {name} (options: ranks, broadcast_style, reduction)").format(
+                name=repr(unknown[0])))
         options = Options()
         if "ranks" in given:
             options.ranks = _integer(given["ranks"], "options.ranks", 1, None)
         if "broadcast_style" in given:
             if given["broadcast_style"] not in BROADCAST_STYLES:
-                raise _bad_request(f"options.broadcast_style must be one of {', '.join(BROADCAST_STYLES)}")
+                raise _bad_request(_("options.broadcast_style must be one of {choices}").format(
+                    choices=", ".join(BROADCAST_STYLES)))
             options.broadcast_style = given["broadcast_style"]
         if "reduction" in given:
             if given["reduction"] is not None and given["reduction"] not in REDUCTIONS:
-                raise _bad_request("options.reduction must be null, \"sum\" or \"mean\"")
+                raise _bad_request(_("options.reduction must be null, \"sum\" or \"mean\""))
             options.reduction = given["reduction"]
         return options
 
@@ -130,7 +177,9 @@ class _Base(APIHandler):
         """Analysis and rewriting off the event loop, one at a time (one worker thread per server):
         a cold 600-cell notebook takes a second, the server keeps serving meanwhile."""
         executor: ThreadPoolExecutor = self.settings[EXECUTOR_SETTING]
-        return await asyncio.get_running_loop().run_in_executor(executor, function, *args)
+        # The thread does not see this request's context (its language): the call takes a copy along.
+        in_context = functools.partial(contextvars.copy_context().run, function, *args)
+        return await asyncio.get_running_loop().run_in_executor(executor, in_context)
 
     def finish_json(self, text: str, timings: List[Tuple[str, float]], started: float) -> None:
         total_ms = (time.perf_counter() - started) * 1000
@@ -145,12 +194,13 @@ class AnalyzeHandler(_Base):
 
     @web.authenticated
     @authorized(action="read")  # changes nothing on the server, whatever the HTTP method
+    @speaks
     async def post(self) -> None:
         started = time.perf_counter()
         body = self.json_body()
         path = self.display_path(body)
         options = self.analysis_options(body, path)
-        notebook, _ = self.notebook(body, path)
+        notebook, _text = self.notebook(body, path)
         parsed = time.perf_counter()
         text, analyzed, serialized = await self.in_worker(_analyze_to_json, notebook, options)
         self.finish_json(text, [("parse", (parsed - started) * 1000), ("analyze", analyzed * 1000),
@@ -171,15 +221,17 @@ class FixHandler(_Base):
 
     @web.authenticated
     @authorized(action="read")
+    @speaks
     async def post(self) -> None:
         started = time.perf_counter()
         body = self.json_body()
         path = self.display_path(body)
         options = self.analysis_options(body, path)
         codes = _codes(body.get("codes"))
-        notebook, _ = self.notebook(body, path)
+        notebook, _text = self.notebook(body, path)
         if not notebook.is_python:
-            raise _bad_request(f"{path}: not a Python notebook ({notebook.language}): nothing to fix")
+            raise _bad_request(_("{path}: not a Python notebook ({language}): nothing to fix").format(
+                path=path, language=notebook.language))
         try:
             text = await self.in_worker(_fix_to_json, notebook, options, codes)
         except InputError as error:
@@ -191,12 +243,13 @@ def _codes(codes: Any) -> Optional[set]:
     if codes is None:
         return None
     if not isinstance(codes, list) or not all(isinstance(code, str) for code in codes):
-        raise _bad_request("'codes' must be a list of finding codes, e.g. [\"missing-shard\"]")
+        raise _bad_request(_("'codes' must be a list of finding codes, e.g. [\"missing-shard\"]"))
     from ..rules import RULES_BY_CODE
 
     unknown = sorted(set(codes) - set(RULES_BY_CODE))
     if unknown:
-        raise _bad_request(f"unknown finding code {unknown[0]!r} (codes: {', '.join(sorted(RULES_BY_CODE))})")
+        raise _bad_request(_("unknown finding code {code} (codes: {codes})").format(
+            code=repr(unknown[0]), codes=", ".join(sorted(RULES_BY_CODE))))
     return set(codes)
 
 
@@ -224,22 +277,23 @@ class SimulateHandler(_Base):
 
     @web.authenticated
     @authorized(action="execute", resource=SIMULATE_RESOURCE)
+    @speaks
     async def post(self) -> None:
         body = self.json_body()
         key = None if body.get("path") is None else self.display_path(body)
         notebook, text = self.notebook(body, key or DEFAULT_PATH)
         if not notebook.is_python:
-            raise _bad_request(f"{key or 'the notebook'}: not a Python notebook ({notebook.language}): "
-                               "nothing to simulate")
+            raise _bad_request(_("{path}: not a Python notebook ({language}): nothing to simulate").format(
+                path=key or _("the notebook"), language=notebook.language))
         ranks = _integer(body.get("ranks", DEFAULT_RANKS), "ranks", 1, MAX_RANKS)
         timeout = _seconds(body.get("timeout", DEFAULT_TIMEOUT), "timeout")
         missing = _missing_simulator()
         if missing:
-            raise web.HTTPError(503, f"the simulator is not installed (no {missing}): "
-                                     "pip install 'npu-migrate-nb[sim]'")
+            raise web.HTTPError(503, _("the simulator is not installed (no {module}): "
+                                       "pip install 'npu-migrate-nb[sim]'").format(module=missing))
         try:
             job = self.jobs.start(text, ranks, timeout, key=key, cwd=self._directory_of(key),
-                                  cells_total=len(notebook.code_cells))
+                                  cells_total=len(notebook.code_cells), language=i18n.current())
         except JobConflict as conflict:
             self.set_status(conflict.status)
             reply = {"message": conflict.message, "reason": None}
@@ -275,16 +329,19 @@ class JobHandler(_Base):
     def job(self, job_id: str):
         job = self.jobs.get(job_id)
         if job is None:
-            raise web.HTTPError(404, f"no simulation {job_id!r} (unknown, or forgotten after it ended)")
+            raise web.HTTPError(404, _("no simulation {id} (unknown, or forgotten after it ended)").format(
+                id=repr(job_id)))
         return job
 
     @web.authenticated
     @authorized(action="read", resource=SIMULATE_RESOURCE)
+    @speaks
     async def get(self, job_id: str) -> None:
         self.finish(json.dumps(self.job(job_id).status(), ensure_ascii=False))
 
     @web.authenticated
     @authorized(action="execute", resource=SIMULATE_RESOURCE)
+    @speaks
     async def delete(self, job_id: str) -> None:
         job = self.job(job_id)
         await asyncio.get_running_loop().run_in_executor(None, job.stop)
@@ -293,24 +350,32 @@ class JobHandler(_Base):
 
 def _integer(value: Any, name: str, low: int, high: Optional[int]) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise _bad_request(f"{name} must be an integer, not {json.dumps(value)[:40]}")
+        raise _bad_request(_("{name} must be an integer, not {value}").format(name=name, value=json.dumps(value)[:40]))
     if value < low or (high is not None and value > high):
-        bounds = f"from {low} to {high}" if high is not None else f"at least {low}"
-        raise _bad_request(f"{name} must be {bounds}, not {value}")
+        if high is not None:
+            raise _bad_request(_("{name} must be from {low} to {high}, not {value}").format(
+                name=name, low=low, high=high, value=value))
+        raise _bad_request(_("{name} must be at least {low}, not {value}").format(name=name, low=low, value=value))
     return value
 
 
 def _seconds(value: Any, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise _bad_request(f"{name} must be a number of seconds, not {json.dumps(value)[:40]}")
+        raise _bad_request(_("{name} must be a number of seconds, not {value}").format(
+            name=name, value=json.dumps(value)[:40]))
     if not 0 < value <= MAX_TIMEOUT:
-        raise _bad_request(f"{name} must be more than 0 and at most {MAX_TIMEOUT:.0f} seconds, not {value}")
+        raise _bad_request(_("{name} must be more than 0 and at most {limit} seconds, not {value}").format(
+            name=name, limit=f"{MAX_TIMEOUT:.0f}", value=value))
     return float(value)
 
 
+_JSON_TYPES = {list: N_("an array"), str: N_("a string"), int: N_("a number"), float: N_("a number"),
+               bool: N_("a boolean"), type(None): N_("null"), dict: N_("an object")}
+
+
 def _json_type(value: Any) -> str:
-    return {list: "an array", str: "a string", int: "a number", float: "a number", bool: "a boolean",
-            type(None): "null", dict: "an object"}.get(type(value), type(value).__name__)
+    said = _JSON_TYPES.get(type(value))
+    return _(said) if said is not None else type(value).__name__
 
 
 _missing_cache: Dict[str, Optional[str]] = {}

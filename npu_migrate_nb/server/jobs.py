@@ -5,6 +5,9 @@ A job's process runs in a session of its own (a Ctrl-C in the server's terminal 
 not the simulation's). Stopping it is SIGTERM (the job stops every rank and exits), and after a
 grace period SIGKILL to it and to every process it had started; whatever way a job ends, the
 processes seen under it are then killed if still there and its temporary directory is removed.
+
+A job speaks the language of the request that started it: its process gets it as ``LANGUAGE`` (which
+the package reads first), and the messages said here are said in it.
 """
 
 from __future__ import annotations
@@ -25,6 +28,9 @@ import uuid
 import weakref
 from typing import Dict, List, Optional
 
+from .. import i18n
+from ..i18n import N_, _
+
 STOP_GRACE_SECONDS = 15.0  # the job stops its cluster in about 2 s; then it is killed
 MAX_OUTPUT_CHARS = 1_000_000  # per rank, returned by every GET: older output is dropped beyond this
 MAX_MESSAGES = 1000
@@ -35,7 +41,7 @@ MAX_RUNNING_JOBS = 4  # a simulation is N processes of TensorFlow: more at once 
 ABANDONED_AFTER_SECONDS = 60.0
 STDERR_TAIL_LINES = 40
 LEFTOVER_GRACE_SECONDS = 3.0
-_TRIMMED = "[... earlier output dropped ...]\n"
+_TRIMMED = N_("[... earlier output dropped ...]")
 _live_managers: "weakref.WeakSet[JobManager]" = weakref.WeakSet()
 
 
@@ -51,8 +57,9 @@ class JobConflict(Exception):
 
 class Job:
     def __init__(self, job_id: str, key: Optional[str], ranks: int, timeout: float, log: logging.Logger,
-                 cells_total: Optional[int] = None):
+                 cells_total: Optional[int] = None, language: Optional[str] = None):
         self.id = job_id
+        self.language = i18n.choose(language) if language is not None else i18n.current()
         self.key = key
         self.ranks = ranks
         self.timeout = timeout
@@ -96,6 +103,7 @@ class Job:
             self.process = subprocess.Popen(
                 command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 cwd=self.directory, start_new_session=True, close_fds=True,
+                env=dict(os.environ, LANGUAGE=self.language),  # its ranks inherit it too
             )
         except OSError:
             shutil.rmtree(self.directory, ignore_errors=True)
@@ -136,7 +144,7 @@ class Job:
 
     def on_event(self, event: dict) -> None:
         kind = event.get("event")
-        with self._lock:
+        with self._lock, i18n.language(self.language):
             if kind == "output":
                 self._add_output(int(event["rank"]), str(event.get("text", "")))
             elif kind == "cell":
@@ -161,10 +169,10 @@ class Job:
                 self.result = event.get("result")
                 self.current_cell = None
             elif kind == "error":
-                self.error = str(event.get("message", "the simulation failed"))
+                self.error = str(event.get("message", _("the simulation failed")))
                 self._add_message(self.error)
             elif kind == "stopped":
-                self._add_message(str(event.get("message", "stopped")))
+                self._add_message(str(event.get("message", _("stopped"))))
         if time.monotonic() - self._remembered_at > 0.5:  # events come while the cluster is up
             self._remember_descendants()
 
@@ -184,8 +192,9 @@ class Job:
             joined = "".join(chunks)
             kept = joined[-(MAX_OUTPUT_CHARS // 2):]
             kept = kept[kept.find("\n") + 1:] if "\n" in kept else kept
-            self.output[rank] = [_TRIMMED, kept]
-            self._output_chars[rank] = len(_TRIMMED) + len(kept)
+            trimmed = _(_TRIMMED) + "\n"
+            self.output[rank] = [trimmed, kept]
+            self._output_chars[rank] = len(trimmed) + len(kept)
 
     def _read_stderr(self) -> None:
         assert self.process is not None and self.process.stderr is not None
@@ -209,12 +218,12 @@ class Job:
         self._kill_leftovers()
         if self.directory:
             shutil.rmtree(self.directory, ignore_errors=True)
-        with self._lock:
+        with self._lock, i18n.language(self.language):
             self.exit_code = code
             self.current_cell = None
             if self.one_card is not None and self.one_card.get("status") == "running":
                 self.one_card = dict(self.one_card, status="unknown",
-                                     detail="not known: the simulation ended before the one-card rerun did")
+                                     detail=_("not known: the simulation ended before the one-card rerun did"))
             if self.result is not None:
                 self.state = "done"
             elif self.stop_requested:
@@ -222,9 +231,11 @@ class Job:
             else:
                 self.state = "failed"
                 if self.error is None:
-                    how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+                    how = (_("signal {name}").format(name=signal.Signals(-code).name) if code < 0
+                           else _("exit code {code}").format(code=code))
                     tail = "\n".join(line for line in self._stderr_tail if line.strip())
-                    self.error = f"the simulation process ended ({how})" + (f":\n{tail}" if tail else "")
+                    self.error = _("the simulation process ended ({how})").format(how=how) + (
+                        f":\n{tail}" if tail else "")
                     self._add_message(self.error)
         self.finished.set()
         self.log.info("npu-migrate: simulation %s %s", self.id, self.state)
@@ -278,7 +289,7 @@ class Job:
         try:  # a job killed outright: the cluster's own watchdog stops its processes, give it a moment
             import psutil
 
-            _, alive = psutil.wait_procs(alive, timeout=LEFTOVER_GRACE_SECONDS)
+            _gone, alive = psutil.wait_procs(alive, timeout=LEFTOVER_GRACE_SECONDS)
         except Exception:
             pass
         alive = [process for process in alive if _running(process)]
@@ -337,26 +348,28 @@ class JobManager:
                 if idle > self.abandoned_after and not job.stop_requested:
                     self.log.warning("npu-migrate: simulation %s: nobody asked about it for %.0f s: stopping it",
                                      job.id, idle)
-                    with job._lock:
-                        job._add_message(f"stopped: nobody followed this simulation for {idle:.0f} s "
-                                         "(the tab that started it was closed)")
+                    with job._lock, i18n.language(job.language):
+                        job._add_message(_("stopped: nobody followed this simulation for {seconds} s "
+                                           "(the tab that started it was closed)").format(seconds=f"{idle:.0f}"))
                     job.request_stop()
 
     def start(self, notebook_text: str, ranks: int, timeout: float, key: Optional[str] = None,
-              cwd: Optional[str] = None, cells_total: Optional[int] = None) -> Job:
-        with self._lock:
+              cwd: Optional[str] = None, cells_total: Optional[int] = None, language: Optional[str] = None) -> Job:
+        """Start a job; ``language``: the one it speaks (None: the current one)."""
+        with self._lock, i18n.language(language):
             if self.closed:
-                raise JobConflict("the server is stopping", status=503)
+                raise JobConflict(_("the server is stopping"), status=503)
             running = [job for job in self.jobs.values() if job.running]
             if key is not None:
                 for job in running:
                     if job.key == key:
-                        raise JobConflict(f"a simulation of {key} is already running (job {job.id}); "
-                                          "stop it first (DELETE) or wait for it to end", job_id=job.id)
+                        raise JobConflict(_("a simulation of {path} is already running (job {id}); "
+                                            "stop it first (DELETE) or wait for it to end").format(path=key, id=job.id),
+                                          job_id=job.id)
             if len(running) >= MAX_RUNNING_JOBS:
-                raise JobConflict(f"{len(running)} simulations are running, the most this server runs at "
-                                  "once: stop one first", status=429)
-            job = Job(uuid.uuid4().hex, key, ranks, timeout, self.log, cells_total)
+                raise JobConflict(_("{count} simulations are running, the most this server runs at "
+                                    "once: stop one first").format(count=len(running)), status=429)
+            job = Job(uuid.uuid4().hex, key, ranks, timeout, self.log, cells_total, language=i18n.current())
             job.start(notebook_text, cwd)
             self.jobs[job.id] = job
             self._forget_old()

@@ -24,30 +24,53 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
+from ..i18n import N_, _
+
 PASS, FAIL, NOT_OBSERVED = "pass", "fail", "not-observed"
 NOT_APPLICABLE = "not-applicable"  # the analyzer says the step does not apply to this notebook, and why
+
+# How the checks and their results are shown to a person (the keys stay English data, as in JSON).
+CHECK_LABELS = {"broadcast": N_("broadcast"), "allreduce": N_("allreduce"), "shard": N_("shard")}
+STATUS_LABELS = {
+    PASS: N_("pass"),
+    FAIL: N_("fail"),
+    NOT_OBSERVED: N_("not-observed"),
+    NOT_APPLICABLE: N_("not-applicable"),
+    "skipped": N_("skipped"),
+}
+
+
+def check_label(name: str) -> str:
+    """A check's name as shown to a person (``broadcast`` in English)."""
+    return _(CHECK_LABELS[name]) if name in CHECK_LABELS else name
+
+
+def status_label(status: str) -> str:
+    """A check's result as shown to a person (``pass``, ``fail``, ``not-observed`` in English)."""
+    return _(STATUS_LABELS[status]) if status in STATUS_LABELS else status
+
 
 # The step that fixes each check, by what the probes saw training with.
 FIXES = {
     "broadcast": {
-        "estimator": "append NPUBroadcastGlobalVariablesHook(0, rank_id) to the training hooks, "
-        "or pass hooks=npu_hooks_append(hooks) to train",
-        "keras fit": "after the model is built: npu.distribute.broadcast(model.trainable_variables) "
-        "(TF1 Keras: callbacks=[NPUBroadcastGlobalVariablesCallback(0)])",
-        "optimizer step": "after the model is built: npu.distribute.broadcast(model.trainable_variables)",
+        "estimator": N_("append NPUBroadcastGlobalVariablesHook(0, rank_id) to the training hooks, "
+                        "or pass hooks=npu_hooks_append(hooks) to train"),
+        "keras fit": N_("after the model is built: npu.distribute.broadcast(model.trainable_variables) "
+                        "(TF1 Keras: callbacks=[NPUBroadcastGlobalVariablesCallback(0)])"),
+        "optimizer step": N_("after the model is built: npu.distribute.broadcast(model.trainable_variables)"),
     },
     "allreduce": {
-        "estimator": "optimizer = npu_distributed_optimizer_wrapper(optimizer) in the model_fn",
-        "keras fit": "optimizer = npu.distribute.npu_distributed_keras_optimizer_wrapper(optimizer) "
-        "(TF1: npu_distributed_optimizer_wrapper)",
-        "optimizer step": "grads = npu.distribute.all_reduce(grads, reduction='mean') before apply_gradients, "
-        "or wrap the optimizer with npu.distribute.npu_distributed_keras_optimizer_wrapper",
+        "estimator": N_("optimizer = npu_distributed_optimizer_wrapper(optimizer) in the model_fn"),
+        "keras fit": N_("optimizer = npu.distribute.npu_distributed_keras_optimizer_wrapper(optimizer) "
+                        "(TF1: npu_distributed_optimizer_wrapper)"),
+        "optimizer step": N_("grads = npu.distribute.all_reduce(grads, reduction='mean') before apply_gradients, "
+                             "or wrap the optimizer with npu.distribute.npu_distributed_keras_optimizer_wrapper"),
     },
     "shard": {
-        "estimator": "in the input_fn: dataset.shard(int(os.environ['RANK_SIZE']), int(os.environ['RANK_ID'])) "
-        "before batching, with the batch size divided by RANK_SIZE",
-        "default": "dataset, batch_size = npu.distribute.shard_and_rebatch_dataset(dataset, global_batch_size), "
-        "then dataset.batch(batch_size)",
+        "estimator": N_("in the input_fn: dataset.shard(int(os.environ['RANK_SIZE']), int(os.environ['RANK_ID'])) "
+                        "before batching, with the batch size divided by RANK_SIZE"),
+        "default": N_("dataset, batch_size = npu.distribute.shard_and_rebatch_dataset(dataset, global_batch_size), "
+                      "then dataset.batch(batch_size)"),
     },
 }
 
@@ -55,7 +78,8 @@ FIXES = {
 def fix_for(check: str, source: Optional[str]) -> str:
     steps = FIXES[check]
     key = "estimator" if source and source.startswith("estimator") else source
-    return "fix: " + steps.get(key, steps.get("default", steps.get("optimizer step", "")))
+    step = steps.get(key, steps.get("default", steps.get("optimizer step", "")))
+    return _("fix: {step}").format(step=_(step) if step else step)
 
 
 @dataclass
@@ -89,7 +113,8 @@ def not_applicable_where_the_analysis_says(checks: Dict[str, Check], analysis) -
     judged = dict(checks)
     for step, status in analysis.steps.items():
         if status == NOT_APPLICABLE and step in judged:
-            judged[step] = Check(step, NOT_APPLICABLE, analysis.reasons.get(step, "not applicable"), judged[step].cell)
+            judged[step] = Check(step, NOT_APPLICABLE, analysis.reasons.get(step) or _("not applicable"),
+                                 judged[step].cell)
     return judged
 
 
@@ -122,7 +147,7 @@ def training_input(rank_records: List[dict]) -> Optional[dict]:
 def _where(record: Optional[dict]) -> str:
     if record is None or record.get("cell") is None:
         return ""
-    return f" (cell {record['cell']}, {record['source']})"
+    return _(" (cell {cell}, {source})").format(cell=record["cell"], source=record["source"])
 
 
 def _missing(records: Records, size: int, select) -> List[int]:
@@ -136,9 +161,14 @@ def _groups(values: Dict[int, str]) -> str:
         by_value.setdefault(value, []).append(rank)
     parts = []
     for value, ranks in by_value.items():
-        label = "rank" if len(ranks) == 1 else "ranks"
-        parts.append(f"{label} {','.join(map(str, ranks))}: {value}")
-    return "; ".join(parts)
+        listed = ",".join(map(str, ranks))
+        parts.append((_("rank {ranks}: {value}") if len(ranks) == 1 else _("ranks {ranks}: {value}")).format(
+            ranks=listed, value=value))
+    return _("; ").join(parts)
+
+
+def _ranks(ranks: List[int]) -> str:
+    return ",".join(map(str, ranks))
 
 
 # --------------------------------------------------------------------------------- broadcast
@@ -146,14 +176,14 @@ def _groups(values: Dict[int, str]) -> str:
 
 def check_broadcast(records: Records, size: int) -> Check:
     if size < 2:
-        return Check("broadcast", NOT_OBSERVED, "one rank: nothing to compare")
+        return Check("broadcast", NOT_OBSERVED, _("one rank: nothing to compare"))
     missing = _missing(records, size, first_start)
     if missing:
         return Check(
             "broadcast",
             NOT_OBSERVED,
-            f"no training step seen on rank(s) {','.join(map(str, missing))} "
-            "(watched: Keras fit, Estimator.train, optimizer apply_gradients)",
+            _("no training step seen on rank(s) {ranks} "
+              "(watched: Keras fit, Estimator.train, optimizer apply_gradients)").format(ranks=_ranks(missing)),
         )
     starts = {rank: first_start(records[rank]) for rank in range(size)}
     cell = starts[0]["cell"]
@@ -164,34 +194,35 @@ def check_broadcast(records: Records, size: int) -> Check:
         return Check(
             "broadcast",
             NOT_OBSERVED,
-            f"training started with no trainable variables on rank(s) {','.join(map(str, empty))}"
-            f"{_where(starts[0])}: nothing to compare",
+            _("training started with no trainable variables on rank(s) {ranks}{where}: nothing to compare").format(
+                ranks=_ranks(empty), where=_where(starts[0])),
             cell,
         )
-    when = "when training started"
+    when = _("when training started")
     if starts[0].get("after_first_step"):
-        when = "after the first batch (the model built its variables on its first batch)"
+        when = _("after the first batch (the model built its variables on its first batch)")
     if len(set(prints.values())) == 1:
         return Check(
             "broadcast",
             PASS,
-            f"{count} trainable variables identical on all {size} ranks {when}{_where(starts[0])}",
+            _("{count} trainable variables identical on all {size} ranks {when}{where}").format(
+                count=count, size=size, when=when, where=_where(starts[0])),
             cell,
         )
     if _broadcast_after_the_first_update(records, size, starts):
         return Check(
             "broadcast",
             PASS,
-            f"{count} trainable variables identical on all {size} ranks after the first update{_where(starts[0])}: "
-            "they differed when training started, and were broadcast after the first step (a model that builds "
-            "its variables on its first call)",
+            _("{count} trainable variables identical on all {size} ranks after the first update{where}: "
+              "they differed when training started, and were broadcast after the first step (a model that builds "
+              "its variables on its first call)").format(count=count, size=size, where=_where(starts[0])),
             cell,
         )
     return Check(
         "broadcast",
         FAIL,
-        f"trainable variables differ across ranks {when}{_where(starts[0])}: "
-        f"{_groups(prints)}; {fix_for('broadcast', starts[0]['source'])}",
+        _("trainable variables differ across ranks {when}{where}: {groups}; {fix}").format(
+            when=when, where=_where(starts[0]), groups=_groups(prints), fix=fix_for("broadcast", starts[0]["source"])),
         cell,
     )
 
@@ -243,7 +274,8 @@ def _largest_difference(changes: Dict[int, List[np.ndarray]]) -> tuple:
     return worst_rank, worst, tolerance
 
 
-ONE_SAMPLE = "every rank's training batches hold one sample, repeated (one-element data such as Dataset.from_tensors(...).repeat())"
+ONE_SAMPLE = N_("every rank's training batches hold one sample, repeated (one-element data such as "
+                "Dataset.from_tensors(...).repeat())")
 
 
 def one_sample_repeated(inputs: Dict[int, Optional[dict]]) -> bool:
@@ -269,14 +301,16 @@ def _skipped_updates(records: Records, size: int) -> str:
     alone = {rank: sorted(steps - everyone) for rank, steps in skipped.items() if steps - everyone}
     if not alone:
         return ""
-    which = ", ".join(f"rank {rank} skipped its update at step {', '.join(map(str, steps))}" for rank, steps in alone.items())
-    return (f"; {which} (its loss-scale optimizer saw its float status overflow) while the other ranks applied "
-            "theirs: NPULossScaleOptimizer(..., is_distributed=True) has every rank skip the same steps")
+    which = ", ".join(_("rank {rank} skipped its update at step {steps}").format(
+        rank=rank, steps=", ".join(map(str, steps))) for rank, steps in alone.items())
+    return _("; {which} (its loss-scale optimizer saw its float status overflow) while the other ranks applied "
+             "theirs: NPULossScaleOptimizer(..., is_distributed=True) has every rank skip the same steps").format(
+        which=which)
 
 
 def check_allreduce(records: Records, size: int) -> Check:
     if size < 2:
-        return Check("allreduce", NOT_OBSERVED, "one rank: nothing to compare")
+        return Check("allreduce", NOT_OBSERVED, _("one rank: nothing to compare"))
     starts = {rank: first_start(records.get(rank, [])) for rank in range(size)}
     late = all(starts.values()) and _broadcast_after_the_first_update(records, size, starts)
     changes = {rank: _change(records.get(rank, []), from_first_step=late) for rank in range(size)}
@@ -285,53 +319,62 @@ def check_allreduce(records: Records, size: int) -> Check:
         return Check(
             "allreduce",
             NOT_OBSERVED,
-            f"no complete training (start and end weights) seen on rank(s) {','.join(map(str, missing))}",
+            _("no complete training (start and end weights) seen on rank(s) {ranks}").format(ranks=_ranks(missing)),
         )
     start = first_start(records[0])
     end = last_end(records[0], start)
-    cells = f"cells {start['cell']}-{end['cell']}" if start["cell"] != end["cell"] else f"cell {start['cell']}"
+    cells = _cells(start["cell"], end["cell"])
     rank, difference, tolerance = _largest_difference(changes)
     same_data = ranks_read_same_data(records, size)
     if difference > tolerance:
         return Check(
             "allreduce",
             FAIL,
-            f"weights changed differently on each rank during training ({cells}, {start['source']}): "
-            f"rank {rank} differs from rank 0 by up to {difference:.3g}{_skipped_updates(records, size)}; "
-            f"{fix_for('allreduce', start['source'])}",
+            _("weights changed differently on each rank during training ({cells}, {source}): "
+              "rank {rank} differs from rank 0 by up to {difference}{skipped}; {fix}").format(
+                cells=cells, source=start["source"], rank=rank, difference=f"{difference:.3g}",
+                skipped=_skipped_updates(records, size), fix=fix_for("allreduce", start["source"])),
             end["cell"],
         )
     if same_data is None:
         return Check(
             "allreduce",
             NOT_OBSERVED,
-            f"weights changed identically on all ranks ({cells}) but the input was not observed, "
-            "so it is unknown whether the ranks read different data",
+            _("weights changed identically on all ranks ({cells}) but the input was not observed, "
+              "so it is unknown whether the ranks read different data").format(cells=cells),
             end["cell"],
         )
     if same_data and one_sample_repeated({r: training_input(records.get(r, [])) for r in range(size)}):
         return Check(
             "allreduce",
             NOT_APPLICABLE,
-            f"weights changed identically on all ranks ({cells}); {ONE_SAMPLE}, so every rank computes the same "
-            "gradients and averaging them changes nothing",
+            _("weights changed identically on all ranks ({cells}); {one_sample}, so every rank computes the same "
+              "gradients and averaging them changes nothing").format(cells=cells, one_sample=_(ONE_SAMPLE)),
             end["cell"],
         )
     if same_data:
         return Check(
             "allreduce",
             NOT_OBSERVED,
-            f"weights changed identically on all ranks ({cells}), but every rank read the same data, "
-            f"which proves nothing; shard the data first ({fix_for('shard', start['source'])})",
+            _("weights changed identically on all ranks ({cells}), but every rank read the same data, "
+              "which proves nothing; shard the data first ({fix})").format(
+                cells=cells, fix=fix_for("shard", start["source"])),
             end["cell"],
         )
     return Check(
         "allreduce",
         PASS,
-        f"weights changed identically on all {size} ranks ({cells}, {start['source']}) "
-        "while the ranks read different data",
+        _("weights changed identically on all {size} ranks ({cells}, {source}) "
+          "while the ranks read different data").format(size=size, cells=cells, source=start["source"]),
         end["cell"],
     )
+
+
+def _cells(first: int, last: int) -> str:
+    """'cells 3-5', or 'cell 3' when both are the same."""
+    if first != last:
+        return _("cells {first}-{last}").format(first=first, last=last)
+    return _("cell {cell}").format(cell=first)
 
 
 # ------------------------------------------------------------------------------------- shard
@@ -339,27 +382,30 @@ def check_allreduce(records: Records, size: int) -> Check:
 
 def check_shard(records: Records, size: int) -> Check:
     if size < 2:
-        return Check("shard", NOT_OBSERVED, "one rank: nothing to compare")
+        return Check("shard", NOT_OBSERVED, _("one rank: nothing to compare"))
     inputs = {rank: training_input(records.get(rank, [])) for rank in range(size)}
     missing = [rank for rank, record in inputs.items() if record is None]
     if missing:
         return Check(
             "shard",
             NOT_OBSERVED,
-            f"no input batch seen on rank(s) {','.join(map(str, missing))} "
-            "(watched: fit's x, Estimator input_fn datasets, datasets iterated eagerly)",
+            _("no input batch seen on rank(s) {ranks} "
+              "(watched: fit's x, Estimator input_fn datasets, datasets iterated eagerly)").format(
+                ranks=_ranks(missing)),
         )
     first = inputs[0]
     cell = first["cell"]
     prints = {rank: record["fingerprint"] for rank, record in inputs.items()}
     if one_sample_repeated(inputs):
-        return Check("shard", NOT_APPLICABLE, f"{ONE_SAMPLE}{_where(first)}: whatever the split, each rank reads "
-                     "that sample, so there is nothing to shard", cell)
+        return Check("shard", NOT_APPLICABLE, _("{one_sample}{where}: whatever the split, each rank reads "
+                                                "that sample, so there is nothing to shard").format(
+            one_sample=_(ONE_SAMPLE), where=_where(first)), cell)
     if len(set(prints.values())) < size:
         return Check(
             "shard",
             FAIL,
-            f"ranks read the same first batch{_where(first)}: {_groups(prints)}; {fix_for('shard', first['source'])}",
+            _("ranks read the same first batch{where}: {groups}; {fix}").format(
+                where=_where(first), groups=_groups(prints), fix=fix_for("shard", first["source"])),
             cell,
         )
     shared = _shared_samples(inputs)
@@ -368,9 +414,10 @@ def check_shard(records: Records, size: int) -> Check:
         return Check(
             "shard",
             FAIL,
-            f"ranks read the same samples{_where(first)}: {common} of the first {seen} rows rank {rank_b} read were "
-            f"also read by rank {rank_a} (each rank reads the whole dataset, or shuffles before sharding); "
-            f"{fix_for('shard', first['source'])}",
+            _("ranks read the same samples{where}: {common} of the first {seen} rows rank {rank_b} read were "
+              "also read by rank {rank_a} (each rank reads the whole dataset, or shuffles before sharding); "
+              "{fix}").format(where=_where(first), common=common, seen=seen, rank_b=rank_b, rank_a=rank_a,
+                              fix=fix_for("shard", first["source"])),
             cell,
         )
     random = [rank for rank, record in inputs.items() if record.get("deterministic") is False]
@@ -379,12 +426,13 @@ def check_shard(records: Records, size: int) -> Check:
         return Check(
             "shard",
             NOT_OBSERVED,
-            f"first batches differ{_where(first)}, but the input pipeline is random (an unseeded shuffle?) "
-            "and does not shard by rank, so the difference does not show that each rank reads its own part; "
-            "seed the shuffle to check, or shard before shuffling",
+            _("first batches differ{where}, but the input pipeline is random (an unseeded shuffle?) "
+              "and does not shard by rank, so the difference does not show that each rank reads its own part; "
+              "seed the shuffle to check, or shard before shuffling").format(where=_where(first)),
             cell,
         )
-    return Check("shard", PASS, f"each of the {size} ranks read a different first batch{_where(first)}", cell)
+    return Check("shard", PASS, _("each of the {size} ranks read a different first batch{where}").format(
+        size=size, where=_where(first)), cell)
 
 
 def _shared_samples(inputs):
@@ -443,27 +491,28 @@ def check_single_card(records: Records, size: int, single: Optional[List[dict]])
     """
     name = SINGLE_CARD
     if size < 2:
-        return Check(name, NOT_OBSERVED, "one rank: nothing to compare")
+        return Check(name, NOT_OBSERVED, _("one rank: nothing to compare"))
     if single is None:
-        return Check(name, NOT_OBSERVED, "the single-card run did not complete")
+        return Check(name, NOT_OBSERVED, _("the single-card run did not complete"))
     missing = _missing(records, size, first_start)
     if missing or first_start(single) is None:
-        where = f"rank(s) {','.join(map(str, missing))}" if missing else "the single-card run"
-        return Check(name, NOT_OBSERVED, f"no training step seen on {where}")
+        where = _("rank(s) {ranks}").format(ranks=_ranks(missing)) if missing else _("the single-card run")
+        return Check(name, NOT_OBSERVED, _("no training step seen on {where}").format(where=where))
     starts = {rank: first_start(records[rank]) for rank in range(size)}
     ends = {rank: last_end(records[rank], starts[rank]) for rank in range(size)}
     start1 = first_start(single)
     end1 = last_end(single, start1)
     if any(end is None for end in ends.values()) or end1 is None:
-        return Check(name, NOT_OBSERVED, "no complete training (start and end weights) seen in both runs")
+        return Check(name, NOT_OBSERVED, _("no complete training (start and end weights) seen in both runs"))
     cell = ends[0]["cell"]
     where = _where(starts[0])
     shapes = [np.asarray(a).shape for a in start1["samples"]]
     for record in list(starts.values()) + list(ends.values()) + [end1]:
         if [np.asarray(a).shape for a in record["samples"]] != shapes:
-            return Check(name, NOT_OBSERVED, f"the runs trained different variables{where}", cell)
+            return Check(name, NOT_OBSERVED, _("the runs trained different variables{where}").format(where=where),
+                         cell)
     if not any(int(np.prod(shape)) for shape in shapes):
-        return Check(name, NOT_OBSERVED, f"no trainable variables{where}", cell)
+        return Check(name, NOT_OBSERVED, _("no trainable variables{where}").format(where=where), cell)
     unlike = _different_data(records, size, single, where)
     if unlike:
         return Check(name, NOT_OBSERVED, unlike, cell)
@@ -472,22 +521,23 @@ def check_single_card(records: Records, size: int, single: Optional[List[dict]])
     start_n, start_1 = _flat(starts[0]["samples"]), _flat(start1["samples"])
     weight_scale = float(np.max(np.abs(start_1))) if start_1.size else 0.0
     if float(np.max(np.abs(start_n - start_1))) > 1e-6 * weight_scale + 1e-7:
-        reason = ("the first update ran before the weights were made equal (broadcast after the first batch)"
+        reason = (_("the first update ran before the weights were made equal (broadcast after the first batch)")
                   if starts[0].get("after_first_step") or start1.get("after_first_step")
-                  else "its initialisation is not reproducible from the seeds")
-        return Check(name, NOT_OBSERVED, f"the single-card run did not start from rank 0's weights{where}: "
-                     f"{reason}", cell)
+                  else _("its initialisation is not reproducible from the seeds"))
+        return Check(name, NOT_OBSERVED, _("the single-card run did not start from rank 0's weights{where}: "
+                                           "{reason}").format(where=where, reason=reason), cell)
     change1 = _flat(end1["samples"]) - start_1
     scale = float(np.max(np.abs(change1))) if change1.size else 0.0
     if scale == 0.0:
-        return Check(name, NOT_OBSERVED, f"training did not change the weights on one card{where}", cell)
-    cells = f"cells {starts[0]['cell']}-{cell}" if starts[0]["cell"] != cell else f"cell {cell}"
-    context = f"{cells}, {starts[0]['source']}"
+        return Check(name, NOT_OBSERVED, _("training did not change the weights on one card{where}").format(
+            where=where), cell)
+    context = _("{cells}, {source}").format(cells=_cells(starts[0]["cell"], cell), source=starts[0]["source"])
     first = _first_update(records[0], starts[0], single, start1)
     if first is not None and first["relative"] > FIRST_UPDATE_RTOL:
-        return Check(name, FAIL, f"the {size}-rank run did not reproduce one card's training ({context}): its "
-                     f"first update differs from one card's by {first['relative']:.0%}; "
-                     f"{_reduction_hint(first['factor'], size, 'the first update was')}", cell)
+        return Check(name, FAIL, _("the {size}-rank run did not reproduce one card's training ({context}): its "
+                                   "first update differs from one card's by {relative}; {hint}").format(
+            size=size, context=context, relative=f"{first['relative']:.0%}",
+            hint=_reduction_hint(first["factor"], size, _("the first update was"))), cell)
 
     worst_rank, worst = 0, 0.0
     for rank in range(size):
@@ -498,19 +548,24 @@ def check_single_card(records: Records, size: int, single: Optional[List[dict]])
     steps = _steps_taken(single, start1, end1)
     tolerance = final_tolerance(steps)
     if relative <= tolerance:
-        first_said = f"first update {first['factor']:.2f}x one card's, " if first is not None else ""
-        return Check(name, PASS, f"{size} ranks reached the weights one card reaches at the same global batch "
-                     f"({context}): {first_said}final weights within {worst:.2g} ({relative:.1e} of the change "
-                     f"training made{_over_steps(steps)}){_held_fixed(records[0], single)}", cell)
-    detail = (f"the {size}-rank run did not reproduce one card's training ({context}): rank {worst_rank}'s weights "
-              f"differ from one card's by up to {worst:.3g} ({relative:.1%} of the change training made"
-              f"{_over_steps(steps)}, tolerance {tolerance:.1%}); ")
+        first_said = (_("first update {factor}x one card's, ").format(factor=f"{first['factor']:.2f}")
+                      if first is not None else "")
+        return Check(name, PASS, _("{size} ranks reached the weights one card reaches at the same global batch "
+                                   "({context}): {first_said}final weights within {worst} ({relative} of the change "
+                                   "training made{over_steps}){held_fixed}").format(
+            size=size, context=context, first_said=first_said, worst=f"{worst:.2g}", relative=f"{relative:.1e}",
+            over_steps=_over_steps(steps), held_fixed=_held_fixed(records[0], single)), cell)
     if first is not None:  # the first update matched: the runs parted later
-        return Check(name, FAIL, detail + f"the first update matched one card's ({first['factor']:.2f}x), so "
-                     "later steps differ: the data of later batches, a learning-rate schedule or other "
-                     "per-rank state", cell)
-    change_n = _flat(ends[0]["samples"]) - start_n
-    return Check(name, FAIL, detail + _reduction_hint(_factor(change_n, change1), size), cell)
+        cause = _("the first update matched one card's ({factor}x), so later steps differ: the data of later "
+                  "batches, a learning-rate schedule or other per-rank state").format(factor=f"{first['factor']:.2f}")
+    else:
+        change_n = _flat(ends[0]["samples"]) - start_n
+        cause = _reduction_hint(_factor(change_n, change1), size)
+    return Check(name, FAIL, _("the {size}-rank run did not reproduce one card's training ({context}): rank "
+                               "{rank}'s weights differ from one card's by up to {worst} ({relative} of the change "
+                               "training made{over_steps}, tolerance {tolerance}); {cause}").format(
+        size=size, context=context, rank=worst_rank, worst=f"{worst:.3g}", relative=f"{relative:.1%}",
+        over_steps=_over_steps(steps), tolerance=f"{tolerance:.1%}", cause=cause), cell)
 
 
 def final_tolerance(steps: Optional[int]) -> float:
@@ -521,7 +576,7 @@ def final_tolerance(steps: Optional[int]) -> float:
 
 
 def _over_steps(steps: Optional[int]) -> str:
-    return f", {steps} steps" if steps else ""
+    return _(", {steps} steps").format(steps=steps) if steps else ""
 
 
 def _factor(change_n: np.ndarray, change1: np.ndarray) -> float:
@@ -560,26 +615,30 @@ def _different_data(records: Records, size: int, single: List[dict], where: str)
     inputs = {rank: training_input(records.get(rank, [])) for rank in range(size)}
     input1 = training_input(single)
     if any(r is None or r.get("rows") is None for r in list(inputs.values()) + [input1]):
-        return (f"the rows of the first batches were not observed{where} (watched: datasets iterated eagerly or "
-                "given to fit/Estimator, fit arrays)")
+        return _("the rows of the first batches were not observed{where} (watched: datasets iterated eagerly or "
+                 "given to fit/Estimator, fit arrays)").format(where=where)
     from collections import Counter
 
     union, rows1 = _rows_union(inputs), Counter(input1["rows"])
     if union == rows1:
         return None
     common = sum((union & rows1).values())
-    what = (f"the {size} ranks' first batches together ({sum(union.values())} rows) are not the single card's "
-            f"first batch ({sum(rows1.values())} rows, {common} in common){where}: ")
     if any(r.get("deterministic") is False for r in list(inputs.values()) + [input1]):
-        return what + ("a shuffle before the shard draws differently in the two runs (unseeded, or not seeded "
-                       "alike); seed it (shuffle(n, seed=...)) to compare")
-    return what + ("the ranks do not split the single card's batches (a per-rank batch that is not the global "
-                   "batch divided by the rank count, or a split that is not by rank)")
+        why = _("a shuffle before the shard draws differently in the two runs (unseeded, or not seeded "
+                "alike); seed it (shuffle(n, seed=...)) to compare")
+    else:
+        why = _("the ranks do not split the single card's batches (a per-rank batch that is not the global "
+                "batch divided by the rank count, or a split that is not by rank)")
+    return _("the {size} ranks' first batches together ({rows} rows) are not the single card's "
+             "first batch ({rows1} rows, {common} in common){where}: {why}").format(
+        size=size, rows=sum(union.values()), rows1=sum(rows1.values()), common=common, where=where, why=why)
 
 
 def _site_label(site) -> str:
     cell, function, line = site
-    return f"cell {cell}, line {line}" if function == "<module>" else f"in {function}(), line {line}"
+    if function == "<module>":
+        return _("cell {cell}, line {line}").format(cell=cell, line=line)
+    return _("in {function}(), line {line}").format(function=function, line=line)
 
 
 def _held_fixed(rank_records: List[dict], single: List[dict]) -> str:
@@ -588,14 +647,15 @@ def _held_fixed(rank_records: List[dict], single: List[dict]) -> str:
     sites = sorted({tuple(r["site"]) for r in held if r["what"] == "shuffle"}, key=repr)
     parts = []
     if sites:
-        label = "the shuffle" if len(sites) == 1 else f"{len(sites)} shuffles"
-        parts.append(f"{label} after the shard ({', '.join(_site_label(site) for site in sites)})")
+        label = _("the shuffle") if len(sites) == 1 else _("{count} shuffles").format(count=len(sites))
+        parts.append(_("{label} after the shard ({sites})").format(
+            label=label, sites=", ".join(_site_label(site) for site in sites)))
     if any(r["what"] == "fit shuffle" for r in held):
-        parts.append("fit's shuffle of arrays")
+        parts.append(_("fit's shuffle of arrays"))
     layers = sorted({r["layer"] for r in held if r["what"] == "random layer"})
     if layers:
-        parts.append(f"{', '.join(layers)} as at inference")
-    return f"; held fixed in both runs: {'; '.join(parts)}" if parts else ""
+        parts.append(_("{layers} as at inference").format(layers=", ".join(layers)))
+    return _("; held fixed in both runs: {parts}").format(parts=_("; ").join(parts)) if parts else ""
 
 
 def _first_step(rank_records: List[dict], start: dict) -> Optional[dict]:
@@ -603,18 +663,21 @@ def _first_step(rank_records: List[dict], start: dict) -> Optional[dict]:
                  and r["seq"] > start["seq"] and r["names"] == start["names"]), None)
 
 
-def _reduction_hint(factor: float, size: int, which: str = "the updates were") -> str:
+def _reduction_hint(factor: float, size: int, which: Optional[str] = None) -> str:
     """What the ratio between the N-rank updates and one card's says about the reduction."""
+    which = which if which is not None else _("the updates were")
     if abs(factor - 1.0 / size) <= 0.1 / size:
-        return (f"{which} 1/{size} of one card's: the gradients were averaged although the loss is already "
-                "divided by the global batch size; use all_reduce(grads, reduction=\"sum\")")
+        return _("{which} 1/{size} of one card's: the gradients were averaged although the loss is already "
+                 "divided by the global batch size; use all_reduce(grads, reduction=\"sum\")").format(
+            which=which, size=size)
     if abs(factor - size) <= 0.1 * size:
-        return (f"{which} {size} times one card's: the gradients were summed although each rank's loss is a "
-                "mean over its own batch; use reduction=\"mean\" (or divide the loss by the global batch)")
-    return (f"{which} {factor:.2f} times one card's: check the gradient reduction (\"mean\" for a loss "
-            "averaged over the rank's batch, \"sum\" for a loss divided by the global batch), the learning rate, "
-            "the number of steps, and random ops in the training step (the comparison holds only Keras random "
-            "layers and tf.nn.dropout fixed)")
+        return _("{which} {size} times one card's: the gradients were summed although each rank's loss is a "
+                 "mean over its own batch; use reduction=\"mean\" (or divide the loss by the global batch)").format(
+            which=which, size=size)
+    return _("{which} {factor} times one card's: check the gradient reduction (\"mean\" for a loss "
+             "averaged over the rank's batch, \"sum\" for a loss divided by the global batch), the learning rate, "
+             "the number of steps, and random ops in the training step (the comparison holds only Keras random "
+             "layers and tf.nn.dropout fixed)").format(which=which, factor=f"{factor:.2f}")
 
 
 # ------------------------------------------------------------------------------ files written twice
@@ -639,5 +702,6 @@ def file_clashes(records: Records, size: int) -> List[dict]:
 
 def clash_text(clash: dict) -> str:
     ranks = ",".join(map(str, clash["ranks"]))
-    return (f"ranks {ranks} all wrote {clash['path']} ({clash['api']}, cell {clash['cell']}): on one server the "
-            "ranks share a disk and race on its files; write it on rank 0 only (every-rank-writes)")
+    return _("ranks {ranks} all wrote {path} ({api}, cell {cell}): on one server the "
+             "ranks share a disk and race on its files; write it on rank 0 only (every-rank-writes)").format(
+        ranks=ranks, path=clash["path"], api=clash["api"], cell=clash["cell"])

@@ -33,6 +33,8 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import psutil
 
+from .. import i18n
+from ..i18n import _
 from .engine import SETTINGS_VARIABLE
 from .rank_env import devices_per_server, machine_cores, write_rank_table
 
@@ -51,7 +53,7 @@ def find_mpiexec() -> str:
         return beside_python
     found = shutil.which("mpiexec")
     if not found:
-        raise ClusterError("mpiexec not found: install the 'mpich' wheel (pip install 'npu-migrate-nb[sim]')")
+        raise ClusterError(_("mpiexec not found: install the 'mpich' wheel (pip install 'npu-migrate-nb[sim]')"))
     return found
 
 
@@ -233,6 +235,7 @@ class Cluster:
             "state_dir": self.state_dir,
             "tf1": self.tf1,
             "seed": self.seed,
+            "language": i18n.current(),  # the ranks' own messages are said in the controller's language
         }
 
     def _start_local_mpi(self) -> None:
@@ -303,7 +306,8 @@ class Cluster:
                 return cluster.connect_client_sync()
             except (TimeoutError, FileNotFoundError):
                 if time.monotonic() > deadline:
-                    raise ClusterError(f"the ipyparallel controller did not start in {self.startup_timeout:.0f} s")
+                    raise ClusterError(_("the ipyparallel controller did not start in {seconds} s").format(
+                        seconds=f"{self.startup_timeout:.0f}"))
                 time.sleep(0.05)
 
     def _wait_for_engines(self) -> None:
@@ -312,7 +316,8 @@ class Cluster:
             self._fail_if_launcher_died()
             if time.monotonic() > deadline:
                 raise ClusterError(
-                    f"only {len(self._client.ids)} of {self.n} ranks registered in {self.startup_timeout:.0f} s"
+                    _("only {registered} of {ranks} ranks registered in {seconds} s").format(
+                        registered=len(self._client.ids), ranks=self.n, seconds=f"{self.startup_timeout:.0f}")
                     + self._launcher_output_tail()
                 )
             time.sleep(0.05)
@@ -320,7 +325,7 @@ class Cluster:
     def _fail_if_launcher_died(self) -> None:
         for pid in self._launched_pids:
             if not _is_alive(pid):
-                raise ClusterError("the cluster stopped while starting" + self._launcher_output_tail())
+                raise ClusterError(_("the cluster stopped while starting") + self._launcher_output_tail())
 
     def _launcher_output_tail(self, lines: int = 15) -> str:
         cluster = self._ipp_cluster
@@ -374,7 +379,8 @@ class Cluster:
         identities = self._view.apply_sync(_rank_identity)
         for engine_id, (rank, pid, launcher_pid) in zip(ids, identities):
             if self.profile is None and rank != engine_id:
-                raise ClusterError(f"engine {engine_id} has RANK_ID {rank}: engine ids must equal MPI ranks")
+                raise ClusterError(_("engine {engine} has RANK_ID {rank}: engine ids must equal MPI ranks").format(
+                    engine=engine_id, rank=rank))
             self.rank_pids[rank] = pid
             self.launcher_pids[rank] = launcher_pid
         if self._owns_processes:
@@ -390,7 +396,7 @@ class Cluster:
         dead = {}
         if self._death_watch is not None:
             for rank in self._death_watch.order():
-                dead[rank] = "process ended"
+                dead[rank] = _("process ended")
         for rank, pid in self.rank_pids.items():
             ended = _how_it_ended(pid)
             if ended is not None:
@@ -445,7 +451,9 @@ class Cluster:
         rank = next((r for r, pid in self.rank_pids.items() if pid == first["pid"]), None)
         if rank is None:
             return None
-        return rank, (f"killed (signal {first['signal']})" if "signal" in first else f"exit code {first['code']}")
+        if "signal" in first:
+            return rank, _("killed (signal {signal})").format(signal=first["signal"])
+        return rank, _("exit code {code}").format(code=first["code"])
 
     def _engine_output(self) -> str:
         cluster = self._ipp_cluster
@@ -525,7 +533,7 @@ class Cluster:
         shared_memory = set(self._shared_memory) | set(_shared_memory_files(p for p in processes if p.pid in rank_pids))
         for process in processes:
             _signal(process, signal.SIGKILL if process.pid in rank_pids else signal.SIGTERM)
-        _, alive = psutil.wait_procs(processes, timeout=2.0)
+        _unused, alive = psutil.wait_procs(processes, timeout=2.0)
         for process in alive:
             _signal(process, signal.SIGKILL)
         psutil.wait_procs(alive, timeout=5.0)
@@ -587,12 +595,12 @@ class _DeathWatch:
         remaining = set(self._fds)
         while remaining:
             events = poller.poll()
-            if any(fd == self._wake_read for fd, _ in events):
+            if any(fd == self._wake_read for fd, _unused in events):
                 return
-            exits = [fd for fd, _ in events if fd in remaining]
+            exits = [fd for fd, _unused in events if fd in remaining]
             if not self._order and len(exits) > 1:
                 self.first_is_certain = False  # seen together: which went first is unknown here
-            for fd, _ in sorted(events, key=lambda e: self._fds.get(e[0], 0)):
+            for fd, _unused in sorted(events, key=lambda e: self._fds.get(e[0], 0)):
                 if fd in remaining:
                     remaining.discard(fd)
                     poller.unregister(fd)
@@ -647,16 +655,16 @@ def _how_it_ended(pid: int) -> Optional[str]:
         if process.status() != psutil.STATUS_ZOMBIE:
             return None
     except psutil.NoSuchProcess:
-        return "process ended"
+        return _("process ended")
     try:
         code = process.wait(timeout=0)
     except (psutil.Error, ChildProcessError):
-        return "process ended"
+        return _("process ended")
     if code is None:
-        return "process ended"
+        return _("process ended")
     if code < 0:
-        return f"killed by {signal.Signals(-code).name}"
-    return f"exit code {code}"
+        return _("killed by {signal}").format(signal=signal.Signals(-code).name)
+    return _("exit code {code}").format(code=code)
 
 
 _BAD_TERMINATION = re.compile(r"BAD TERMINATION.*?PID (\d+) RUNNING AT.*?EXIT CODE: (\d+)", re.DOTALL)
@@ -668,7 +676,7 @@ def _parse_bad_termination(text: str) -> Optional[Tuple[int, str]]:
     if not found:
         return None
     exit_string = _EXIT_STRING.search(text, found.end())
-    how = exit_string.group(1).strip() if exit_string else f"exit code {found.group(2)}"
+    how = exit_string.group(1).strip() if exit_string else _("exit code {code}").format(code=found.group(2))
     if how.lower().startswith("killed (signal") or how.lower().startswith("terminated (signal"):
         how = how[0].lower() + how[1:]
     return int(found.group(1)), how

@@ -55,6 +55,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
+from ..i18n import _
 from .rank_env import machine_cores
 
 logger = logging.getLogger("npu_migrate_nb.sim")
@@ -84,13 +85,13 @@ def env_rank_size() -> int:
     rank_size = os.environ.get("RANK_SIZE")
     worker_size = os.environ.get("CM_WORKER_SIZE")
     if rank_size is not None and worker_size is not None:
-        raise ValueError("RANK_SIZE and CM_WORKER_SIZE are both set; the rank-table way (RANK_SIZE, "
-                         "RANK_ID, RANK_TABLE_FILE) and the CM_* way cannot be mixed")
+        raise ValueError(_("RANK_SIZE and CM_WORKER_SIZE are both set; the rank-table way (RANK_SIZE, "
+                           "RANK_ID, RANK_TABLE_FILE) and the CM_* way cannot be mixed"))
     value = worker_size if worker_size is not None else (rank_size or "1")
     try:
         return int(value)
     except ValueError:
-        raise ValueError(f"rank size must be an integer, got {value!r}") from None
+        raise ValueError(_("rank size must be an integer, got {value}").format(value=repr(value))) from None
 
 
 def env_rank_id() -> Optional[int]:
@@ -157,14 +158,15 @@ def init() -> int:
         if under_mpi():
             world, me = size(), rank()
             if env_size > 1 and env_size != world:
-                raise CollectiveError(f"RANK_SIZE/CM_WORKER_SIZE is {env_size} but the simulated cluster "
-                                      f"has {world} ranks")
+                raise CollectiveError(_("RANK_SIZE/CM_WORKER_SIZE is {size} but the simulated cluster "
+                                        "has {world} ranks").format(size=env_size, world=world))
             env_id = env_rank_id()
             if env_size > 1 and env_id is not None and env_id != me:
-                raise CollectiveError(f"RANK_ID is {env_id} but this process is MPI rank {me}")
+                raise CollectiveError(_("RANK_ID is {rank_id} but this process is MPI rank {rank}").format(
+                    rank_id=env_id, rank=me))
         elif env_size > 1:
-            raise CollectiveError(f"rank size is {env_size} but this process was not started by mpiexec; "
-                                  "there is no one to communicate with")
+            raise CollectiveError(_("rank size is {size} but this process was not started by mpiexec; "
+                                    "there is no one to communicate with").format(size=env_size))
         _load_native_all_reduce()
         _initialized = True
         return size()
@@ -259,7 +261,7 @@ def _submit(kind: str, detail: str, run: Callable[[], Any]) -> Any:
     and a TensorFlow executor thread (``numpy_function``) pays no thread switch per step.
     """
     if _broken:
-        raise CollectiveError(f"communicator unusable: {_broken}; restart the ranks")
+        raise CollectiveError(_("communicator unusable: {why}; restart the ranks").format(why=_broken))
     if _abort_reason:
         raise CollectiveAborted(_abort_reason)
     job = _Job(kind, detail, run)
@@ -337,8 +339,8 @@ def _describe(row: np.ndarray) -> str:
     if kind == _KIND_CODES["all_reduce"]:
         text += f" ({ops.get(op)})"
     if kind == _KIND_CODES["broadcast"]:
-        text += f" (root {root})"
-    return text + f", {nbytes} bytes, shapes {sig:08x}"
+        text += _(" (root {root})").format(root=root)
+    return text + _(", {nbytes} bytes, shapes {signature}").format(nbytes=nbytes, signature=f"{sig:08x}")
 
 
 _SHORTEST_NAP_S = 50e-6
@@ -376,14 +378,15 @@ def _wait_politely(request) -> None:
     try:
         while not request.Test():
             if _abort_reason:
-                raise CollectiveAborted(f"{_abort_reason} (while waiting in {current_collective()})")
+                raise CollectiveAborted(_("{reason} (while waiting in {collective})").format(
+                    reason=_abort_reason, collective=current_collective()))
             waited = time.perf_counter() - started
             if waited > _spin_s:
                 time.sleep(min(_LONGEST_NAP_S, max(_SHORTEST_NAP_S, waited / 10)))
             else:
                 os.sched_yield()  # as MPICH's own polling does: a runnable rank on this core goes first
     except BaseException:  # KeyboardInterrupt, abort: the request stays pending in MPI
-        _broken = f"{current_collective()} was interrupted before it completed"
+        _broken = _("{collective} was interrupted before it completed").format(collective=current_collective())
         raise
 
 
@@ -402,8 +405,9 @@ def _agree(kind: str, op: Optional[str], root: int, arrays: Sequence[np.ndarray]
     _wait_politely(comm.Iallgather(mine, everyone))
     # sequence numbers may legitimately differ only if a rank skipped no-op calls; compare the rest
     if not (everyone[:, :5] == mine[:5]).all():
-        lines = "; ".join(f"rank {r}: {_describe(row)}" for r, row in enumerate(everyone))
-        raise CollectiveMismatchError(f"ranks reached different collectives: {lines}")
+        lines = "; ".join(_("rank {rank}: {collective}").format(rank=r, collective=_describe(row))
+                          for r, row in enumerate(everyone))
+        raise CollectiveMismatchError(_("ranks reached different collectives: {ranks}").format(ranks=lines))
 
 
 # --------------------------------------------------------------------------- numpy layer
@@ -641,7 +645,7 @@ shared_sums = 0  # sums this process did through shared memory on the numpy path
 
 
 def _through_shared_memory(nbytes: int) -> bool:
-    minimum, _ = _shared_settings()
+    minimum, _unused = _shared_settings()
     return _shared_room and minimum is not None and nbytes >= minimum
 
 
@@ -682,12 +686,12 @@ def _shared_slots() -> Optional[list]:
     if _slots is not None or not _shared_room:
         return _slots
     import ctypes
-    _, slot = _shared_settings()
+    slot = _shared_settings()[1]
     if _native is not None:
         bases = (ctypes.c_void_p * size())()
         slot = _native.lib.npu_sim_shared_slots(bases)  # sized there the same way
         if slot < 0:
-            raise CollectiveError("could not allocate the shared-memory window")
+            raise CollectiveError(_("could not allocate the shared-memory window"))
         if slot == 0:
             _shared_room = False
             return None
@@ -699,9 +703,9 @@ def _shared_slots() -> Optional[list]:
         if slot == 0:
             _shared_room = False
             if rank() == 0:
-                print(f"npu-migrate-nb: /dev/shm has {everywhere >> 20} MB free for {size()} ranks: large sums go "
-                      "through MPI_Allreduce instead of shared memory (slower; give the container more, e.g. "
-                      "docker run --shm-size=1g)", file=sys.stderr)
+                print(_("npu-migrate-nb: /dev/shm has {megabytes} MB free for {ranks} ranks: large sums go "
+                        "through MPI_Allreduce instead of shared memory (slower; give the container more, e.g. "
+                        "docker run --shm-size=1g)").format(megabytes=everywhere >> 20, ranks=size()), file=sys.stderr)
             return None
         _shared_window = MPI.Win.Allocate_shared(slot, 1, comm=MPI.COMM_WORLD)
         _slots = [np.frombuffer(_shared_window.Shared_query(r)[0], np.uint8, count=slot) for r in range(size())]
@@ -774,11 +778,11 @@ def allreduce_arrays(arrays: Sequence[np.ndarray], op: str = "sum", scale: Optio
     own dtype), which is how "mean" is built: sum, then times 1/N (TF2) or divided by N (TF1).
     """
     if op not in _REDUCTIONS:
-        raise ValueError(f"reduction must be one of {_REDUCTIONS}, got {op!r}")
+        raise ValueError(_("reduction must be one of {choices}, got {op}").format(choices=_REDUCTIONS, op=repr(op)))
     arrays = [np.asarray(a) for a in arrays]
     for a in arrays:
         if a.dtype == object or a.dtype.kind in "USb":
-            raise TypeError(f"cannot all-reduce dtype {a.dtype}")
+            raise TypeError(_("cannot all-reduce dtype {dtype}").format(dtype=a.dtype))
     if not arrays or size() == 1:
         return _scaled_copies(arrays, scale, divisor)
     _require_init()
@@ -813,12 +817,12 @@ def broadcast_arrays(arrays: Sequence[np.ndarray], root: int = 0) -> list:
     arrays = [np.ascontiguousarray(a) for a in arrays]
     for a in arrays:
         if a.dtype == object:
-            raise TypeError("cannot broadcast object arrays")
+            raise TypeError(_("cannot broadcast object arrays"))
     if not arrays or size() == 1:
         return [a.copy() for a in arrays]
     _require_init()
     if not 0 <= root < size():
-        raise ValueError(f"root_rank {root} is outside 0..{size() - 1}")
+        raise ValueError(_("root_rank {root} is outside 0..{last}").format(root=root, last=size() - 1))
 
     def run():
         _agree("broadcast", None, root, arrays)
@@ -968,7 +972,7 @@ def _native_broadcast_for(tensors: list, root: int):
     if native is None or not {t.dtype.name for t in tensors} <= set(BROADCAST_DTYPES):
         return None
     if not 0 <= root < size():
-        raise ValueError(f"root_rank {root} is outside 0..{size() - 1}")
+        raise ValueError(_("root_rank {root} is outside 0..{last}").format(root=root, last=size() - 1))
     return native
 
 

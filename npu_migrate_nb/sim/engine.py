@@ -25,7 +25,7 @@ from typing import Optional
 from .rank_env import machine_cores
 
 # The runner passes its settings in this variable (JSON): job_id, rank_table, devices_per_server, state_dir,
-# tf1, seed.
+# tf1, seed, language (the controller's: what the rank's own messages are said in).
 SETTINGS_VARIABLE = "NPU_SIM_ENGINE"
 
 
@@ -43,6 +43,13 @@ def main() -> None:
 def prepare_rank(rank: int, size: int, settings: dict) -> None:
     from .rank_env import apply_rank_environment
 
+    if settings.get("language"):
+        from .. import i18n
+
+        try:
+            i18n.set_language(settings["language"])
+        except ValueError:  # a language this version does not know: the environment's
+            pass
     apply_rank_environment(rank, size, settings.get("job_id", "10086"), settings.get("rank_table", ""),
                            settings.get("devices_per_server"))
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")

@@ -1,7 +1,7 @@
 """A simulated run of a notebook in a process of its own, reporting as JSON lines on stdout.
 
     python -m npu_migrate_nb.sim.job NOTEBOOK_PATH --ranks N --timeout S [--cwd DIR] [--parent-pid PID]
-                                     [--remove-at-exit DIR] [--no-one-card]
+                                     [--remove-at-exit DIR] [--no-one-card] [--lang LANGUAGE]
 
 The Jupyter server extension starts one of these per simulation; any other program can read its
 events the same way. It runs the notebook like ``npu-migrate-nb run`` (a :class:`.Cluster` of N
@@ -30,6 +30,9 @@ checks) and writes one JSON object per line to stdout:
   did not start); exit code 2;
 * ``{"event": "stopped", "message": ...}``: SIGTERM or SIGINT stopped every rank; exit code 130.
 
+The events' messages are said in ``--lang`` (``en``, ``zh_CN``), else in the environment's language;
+their keys and codes stay English.
+
 Exit code 0 when the run is ok (cells and checks), 1 when it ran but failed. Everything else the
 process or a library prints goes to stderr: stdout carries only events. The process also stops
 its ranks and exits when its parent goes away (the server was killed), and leaves no process behind.
@@ -48,6 +51,8 @@ import threading
 import time
 from typing import List, Optional, TextIO
 
+from .. import i18n
+from ..i18n import _
 from .runner import Runner
 
 EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_STOPPED = 0, 1, 2, 130
@@ -205,7 +210,7 @@ def kill_descendants(timeout: float = 3.0) -> None:
             child.terminate()
         except psutil.Error:
             pass
-    _, alive = psutil.wait_procs(children, timeout=timeout)
+    _unused, alive = psutil.wait_procs(children, timeout=timeout)
     for child in alive:
         try:
             child.kill()
@@ -218,19 +223,23 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m npu_migrate_nb.sim.job", description=__doc__.splitlines()[0])
     parser.add_argument("path", metavar="NOTEBOOK_PATH")
     parser.add_argument("--ranks", type=int, default=2, metavar="N")
-    parser.add_argument("--timeout", type=float, default=300.0, metavar="S", help="per-cell timeout in seconds")
-    parser.add_argument("--cwd", metavar="DIR", help="the ranks' working directory (default: the notebook's)")
+    parser.add_argument("--timeout", type=float, default=300.0, metavar="S", help=_("per-cell timeout in seconds"))
+    parser.add_argument("--cwd", metavar="DIR", help=_("the ranks' working directory (default: the notebook's)"))
     parser.add_argument("--parent-pid", type=int, metavar="PID",
-                        help="stop when this process is no longer the parent (default: the parent at start)")
+                        help=_("stop when this process is no longer the parent (default: the parent at start)"))
     parser.add_argument("--remove-at-exit", metavar="DIR",
-                        help="a directory to remove on the way out (the one the server wrote the notebook to)")
+                        help=_("a directory to remove on the way out (the one the server wrote the notebook to)"))
     parser.add_argument("--no-one-card", action="store_true",
-                        help="when a cell fails on the ranks, do not rerun the cells up to it on one card")
+                        help=_("when a cell fails on the ranks, do not rerun the cells up to it on one card"))
+    parser.add_argument("--lang", metavar="LANGUAGE", choices=i18n.LANGUAGES,
+                        help=_("the language of the events' messages (default: the environment's)"))
     return parser.parse_args(argv)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = parse_args(argv)
+    if getattr(args, "lang", None):
+        i18n.set_language(args.lang)  # the ranks get it from the cluster's settings
     events = take_stdout()
     interrupts = Interrupts()
     interrupts.install()
@@ -239,8 +248,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         return run(args, events, interrupts)
     except KeyboardInterrupt:
         interrupts.armed = False
-        name = signal.Signals(interrupts.received).name if interrupts.received else "an interrupt"
-        events.emit({"event": "stopped", "message": f"stopped by {name}: all ranks stopped"})
+        if interrupts.received:
+            message = _("stopped by {signal}: all ranks stopped").format(signal=signal.Signals(interrupts.received).name)
+        else:
+            message = _("stopped by an interrupt: all ranks stopped")
+        events.emit({"event": "stopped", "message": message})
         return EXIT_STOPPED
     finally:
         interrupts.armed = False
@@ -260,10 +272,11 @@ def run(args: argparse.Namespace, events: EventWriter, interrupts: Interrupts) -
         events.emit({"event": "error", "message": str(error)})
         return EXIT_INPUT
     if not notebook.is_python:
-        events.emit({"event": "error", "message": f"not a Python notebook (language {notebook.language!r})"})
+        events.emit({"event": "error", "message": _("not a Python notebook (language {language})").format(
+            language=repr(notebook.language))})
         return EXIT_INPUT
     if args.ranks < 1:
-        events.emit({"event": "error", "message": "--ranks must be at least 1"})
+        events.emit({"event": "error", "message": _("--ranks must be at least 1")})
         return EXIT_INPUT
     if args.cwd:
         # The Runner enters the notebook's directory (relative paths in a notebook mean its own
@@ -278,7 +291,7 @@ def run(args: argparse.Namespace, events: EventWriter, interrupts: Interrupts) -
         try:
             cluster.start()
         except ClusterError as error:
-            events.emit({"event": "error", "message": f"the cluster could not start: {error}"})
+            events.emit({"event": "error", "message": _("the cluster could not start: {error}").format(error=error)})
             return EXIT_INPUT
         events.emit({"event": "started", "ranks": args.ranks, "cells_total": len(code_cells),
                      "cells": code_cells, "tf1": tf1})
@@ -314,7 +327,8 @@ def rerun_failed_cell_on_one_card(events: EventWriter, notebook, result, cluster
     bound = bound_for(result.elapsed_s)
     events.emit({"event": "one_card", "one_card": {
         "cell": failed.cell, "status": "running",
-        "detail": f"rerunning the cells up to cell {failed.cell} on one card (at most {bound:.0f} s)"}})
+        "detail": _("rerunning the cells up to cell {cell} on one card (at most {seconds} s)").format(
+            cell=failed.cell, seconds=f"{bound:.0f}")}})
     one_card = rerun_on_one_card(notebook, failed.cell, cluster, bound)
     events.emit({"event": "one_card", "one_card": one_card.to_json()})
     return one_card

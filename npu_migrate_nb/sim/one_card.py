@@ -21,6 +21,8 @@ import time
 from dataclasses import dataclass, replace
 from typing import Optional
 
+from .. import i18n
+from ..i18n import _
 from ..notebook import Notebook
 from .cluster import Cluster, ClusterError
 
@@ -61,7 +63,8 @@ def rerun_on_one_card(notebook: Notebook, cell: int, like: Cluster, bound: float
         try:
             single.start()
         except ClusterError as error:
-            return OneCard(cell, UNKNOWN, f"not known: the one-card rerun could not start ({error})")
+            return OneCard(cell, UNKNOWN, _("not known: the one-card rerun could not start ({error})").format(
+                error=error))
         captured = io.StringIO()
         runner = Runner(single, echo=captured, errors=captured)
         runner.prepare_for(notebook)
@@ -77,8 +80,8 @@ def rerun_on_one_card(notebook: Notebook, cell: int, like: Cluster, bound: float
                 return OneCard(cell, FAILS, _fails_text(cell, each.index, outcome))
             if each.index == cell:  # in the order run: a kernel's replayed cells keep their execution counts
                 break
-        return OneCard(cell, RUNS, f"runs on one card: the distributed run breaks it (cells up to {cell} ran "
-                                   "at rank size 1)")
+        return OneCard(cell, RUNS, _("runs on one card: the distributed run breaks it (cells up to {cell} ran "
+                                     "at rank size 1)").format(cell=cell))
     finally:
         single.stop()
         shutil.rmtree(scratch, ignore_errors=True)
@@ -104,14 +107,16 @@ def folder_as_before(folder: str, before) -> str:
 
 
 def _fails_text(cell: int, failed_at: int, outcome) -> str:
-    error = next((rank.error for rank in outcome.ranks if rank.error), None) or outcome.message or "error"
+    error = next((rank.error for rank in outcome.ranks if rank.error), None) or outcome.message or _("error")
     lines = [line.strip() for line in error.splitlines() if line.strip()]
-    where = f"cell {failed_at}" if failed_at == cell else f"already at cell {failed_at}"
-    return f"fails on one card too: not a distribution problem ({where}: {lines[-1] if lines else 'error'})"
+    where = (_("cell {cell}") if failed_at == cell else _("already at cell {cell}")).format(cell=failed_at)
+    return _("fails on one card too: not a distribution problem ({where}: {error})").format(
+        where=where, error=lines[-1] if lines else _("error"))
 
 
 def _out_of_time(cell: int, bound: float) -> OneCard:
-    return OneCard(cell, UNKNOWN, f"not known: the one-card rerun up to cell {cell} did not finish within {bound:.0f} s")
+    return OneCard(cell, UNKNOWN, _("not known: the one-card rerun up to cell {cell} did not finish within {seconds} s")
+                   .format(cell=cell, seconds=f"{bound:.0f}"))
 
 
 class OneCardRerun:
@@ -122,15 +127,18 @@ class OneCardRerun:
         self._stop = threading.Event()
         self._single = like.with_ranks(1)
         self._answer: Optional[OneCard] = None
+        self._language = i18n.current()  # a thread starts without the caller's language: pass it on
         self._thread = threading.Thread(target=self._run, args=(notebook, cell, like, bound),
                                         name="npu-sim-one-card", daemon=True)
         self._thread.start()
 
     def _run(self, notebook, cell, like, bound) -> None:
-        try:
-            self._answer = rerun_on_one_card(notebook, cell, like, bound, self._stop, self._single)
-        except Exception as error:  # the answer is a courtesy: never an exception in the door
-            self._answer = OneCard(cell, UNKNOWN, f"not known: the one-card rerun failed ({type(error).__name__}: {error})")
+        with i18n.language(self._language):
+            try:
+                self._answer = rerun_on_one_card(notebook, cell, like, bound, self._stop, self._single)
+            except Exception as error:  # the answer is a courtesy: never an exception in the door
+                self._answer = OneCard(cell, UNKNOWN, _("not known: the one-card rerun failed ({kind}: {error})").format(
+                    kind=type(error).__name__, error=error))
 
     def result(self, wait: Optional[float] = None) -> Optional[OneCard]:
         self._thread.join(wait)

@@ -58,9 +58,14 @@ _rank_seed: Optional[int] = None
 # ------------------------------------------------------------------------------- runner side API
 
 
-def begin_cell(cell: int) -> None:
+def begin_cell(cell: int, language: Optional[str] = None) -> None:
+    """A cell starts; ``language``: the controller's (what the rank's own messages are said in)."""
     global _cell
     _cell = cell
+    if language is not None:
+        from .. import i18n
+
+        i18n.set_language(language)
 
 
 def end_cell() -> List[dict]:

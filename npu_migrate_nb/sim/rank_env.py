@@ -11,6 +11,8 @@ import json
 import os
 from typing import Dict, Optional
 
+from ..i18n import _
+
 # Chip addresses in the generated table: a private range that no real host uses for its NICs.
 _DEVICE_IP = "192.168.100.{}"
 # Server addresses: loopback ones, one per simulated server (all the ranks run on this machine).
@@ -36,7 +38,8 @@ def devices_per_server(size: int, environ=os.environ) -> int:
     except ValueError:
         count = 0
     if count < 1:
-        raise ValueError(f"{DEVICES_PER_SERVER_VARIABLE} must be a positive whole number, not {text!r}")
+        raise ValueError(_("{variable} must be a positive whole number, not {text}").format(
+            variable=DEVICES_PER_SERVER_VARIABLE, text=repr(text)))
     return count
 
 

@@ -28,7 +28,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, TextIO
 
+from .. import i18n
 from ..analysis import analyze
+from ..i18n import N_, _
 from ..ipython_syntax import mask
 from ..notebook import InputError, Notebook, load
 from . import checks as checks_module
@@ -45,6 +47,12 @@ GRACE_AFTER_ERROR = 3.0
 _RANK_CELL_MAGICS = ("px", "npu_distribute", "autopx")
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _USER_FRAME = re.compile(r'File "(?:[^"]*ipykernel_\d+/\d+\.py|<ipython-input-[^"]*>)", line (\d+)')
+# A cell's status as shown to a person (the status itself stays English data, as in JSON).
+CELL_STATUS_LABELS = {"ok": N_("ok"), "error": N_("error"), "timeout": N_("timeout"), "skipped": N_("skipped")}
+
+
+def cell_status_label(status: str) -> str:
+    return _(CELL_STATUS_LABELS[status]) if status in CELL_STATUS_LABELS else status
 
 
 @dataclass
@@ -175,7 +183,8 @@ class Runner:
         failed: Optional[int] = None
         for cell in notebook.cells:
             if failed is not None:
-                outcomes.append(CellOutcome(cell.index, "skipped", message=f"not run: cell {failed} failed"))
+                outcomes.append(CellOutcome(cell.index, "skipped",
+                                            message=_("not run: cell {cell} failed").format(cell=failed)))
                 continue
             outcome = self.run_cell(cell.index, cell.source, cell.cell_type)
             outcomes.append(outcome)
@@ -192,16 +201,17 @@ class Runner:
         ``stop_ranks``: stop this cluster before the single-card run (its cores go to that run)."""
         name = checks_module.SINGLE_CARD
         if self.cluster.n < 2:
-            return checks_module.Check(name, checks_module.NOT_OBSERVED, "one rank: nothing to compare")
+            return checks_module.Check(name, checks_module.NOT_OBSERVED, _("one rank: nothing to compare"))
         if result is not None and not result.cells_ok:
             return checks_module.Check(name, checks_module.NOT_OBSERVED,
-                                       f"not run: the {self.cluster.n}-rank run did not complete")
-        print(f"single-card comparison: the notebook again on {self.cluster.n} ranks, then on 1 rank seeded like "
-              "rank 0, shuffles after the shard and training-mode randomness held fixed...", file=self.errors)
+                                       _("not run: the {ranks}-rank run did not complete").format(ranks=self.cluster.n))
+        print(_("single-card comparison: the notebook again on {ranks} ranks, then on 1 rank seeded like "
+                "rank 0, shuffles after the shard and training-mode randomness held fixed...").format(
+            ranks=self.cluster.n), file=self.errors)
         self.errors.flush()
         try:
             ranks_records, failure = _run_held_fixed(self.cluster, notebook, self.timeout, self.errors,
-                                                     f"[{self.cluster.n} ranks, comparison] ")
+                                                     _("[{ranks} ranks, comparison] ").format(ranks=self.cluster.n))
         finally:
             if stop_ranks:
                 self.cluster.stop()
@@ -213,8 +223,8 @@ class Runner:
                 single.start()
             except ClusterError as error:
                 return checks_module.Check(name, checks_module.NOT_OBSERVED,
-                                           f"the single-card run could not start: {error}")
-            single_records, failure = _run_held_fixed(single, notebook, self.timeout, self.errors, "[single card] ",
+                                           _("the single-card run could not start: {error}").format(error=error))
+            single_records, failure = _run_held_fixed(single, notebook, self.timeout, self.errors, _("[single card] "),
                                                       shuffle_sites=_held_shuffle_sites(ranks_records))
         finally:
             single.stop()
@@ -257,17 +267,19 @@ class Runner:
 
     def run_cell(self, index: int, source: str, cell_type: str = "code") -> CellOutcome:
         if self.stopped_after is not None:
-            return CellOutcome(index, "skipped", message=f"not run: the ranks were stopped at cell {self.stopped_after}")
+            return CellOutcome(index, "skipped", message=_("not run: the ranks were stopped at cell {cell}").format(
+                cell=self.stopped_after))
         code = runnable_code(source) if cell_type == "code" else None
         if code is None:
-            return CellOutcome(index, "skipped", message="not Python code")
+            return CellOutcome(index, "skipped", message=_("not Python code"))
         if not code.strip():
             return CellOutcome(index, "ok", [RankOutcome(rank) for rank in self.cluster.ranks])
         try:
             return self._execute(index, code)
         except KeyboardInterrupt:
             self._stop(index)
-            print(f"interrupted during cell {index}: stopped all {self.cluster.n} ranks", file=self.errors)
+            print(_("interrupted during cell {cell}: stopped all {ranks} ranks").format(cell=index, ranks=self.cluster.n),
+                  file=self.errors)
             raise
 
     def _execute(self, index: int, code: str) -> CellOutcome:
@@ -276,7 +288,7 @@ class Runner:
         view = self.cluster.view
         if self._progress_files is not None:
             self._progress_files.mark()  # what the ranks wrote before this cell is not news
-        view.apply(probes.begin_cell, index)
+        view.apply(probes.begin_cell, index, i18n.current())  # the ranks speak the controller's language
         result = view.execute(code, silent=False)
         watch = _Watch(self, index, result)
         try:
@@ -303,7 +315,7 @@ class Runner:
         try:
             per_rank = self.cluster.view.apply_sync(probes.end_cell)
         except Exception as error:  # probes unavailable (no TensorFlow in the ranks): nothing recorded
-            print(f"(no run-time checks: {error})", file=self.errors)
+            print(_("(no run-time checks: {error})").format(error=error), file=self.errors)
             return []
         for rank, records in zip(self.cluster.ranks, per_rank):
             self.records[rank].extend(records)
@@ -329,8 +341,8 @@ class Runner:
             except Exception as error:  # a UI's problem must not stop the ranks
                 if not self._progress_failed:
                     self._progress_failed = True
-                    print(f"(progress display failed, ignored from now on: {type(error).__name__}: {error})",
-                          file=self.errors)
+                    print(_("(progress display failed, ignored from now on: {kind}: {error})").format(
+                        kind=type(error).__name__, error=error), file=self.errors)
 
 
 def runnable_code(source: str) -> Optional[str]:
@@ -456,7 +468,7 @@ class _Watch:
     def last_output(self, rank: int, lines: int = 5) -> str:
         text = (self.text(rank, "stdout") + self.text(rank, "stderr")).strip()
         tail = text.splitlines()[-lines:]
-        return " | ".join(tail) if tail else "(no output)"
+        return " | ".join(tail) if tail else _("(no output)")
 
     def death_message(self, dead: Dict[int, str]) -> str:
         # Hydra's report names the rank that failed first. Wait longer for it when the death watch
@@ -469,28 +481,34 @@ class _Watch:
         else:
             culprit = next(iter(dead))  # dead_ranks() lists them in the order they went
         others = [r for r in self.cluster.ranks if r != culprit]
-        return (
-            f"rank {culprit} died during cell {self.index} ({dead[culprit]}); its last output: "
-            f"{self.last_output(culprit)}. Stopped the other ranks ({','.join(map(str, others)) or 'none'})."
-        )
+        return _("rank {rank} died during cell {cell} ({how}); its last output: "
+                 "{output}. Stopped the other ranks ({others}).").format(
+            rank=culprit, cell=self.index, how=dead[culprit], output=self.last_output(culprit),
+            others=",".join(map(str, others)) or _("none"))
 
     def stuck_after_error_message(self, finished: List[int]) -> str:
         failed = [r for r in finished if self.error_of(r)]
         running = [r for r in self.cluster.ranks if r not in finished]
         first_line = _last_line(self.error_of(failed[0]))
-        return (
-            f"rank {failed[0]} failed in cell {self.index} ({first_line}); {GRACE_AFTER_ERROR:g} s later "
-            f"{self._where_running(running)}. Stopped all ranks."
-        )
+        return _("rank {rank} failed in cell {cell} ({error}); {seconds} s later "
+                 "{where}. Stopped all ranks.").format(
+            rank=failed[0], cell=self.index, error=first_line, seconds=f"{GRACE_AFTER_ERROR:g}",
+            where=self._where_running(running))
 
     def timeout_message(self, finished: List[int]) -> str:
         running = [r for r in self.cluster.ranks if r not in finished]
-        message = f"cell {self.index} timed out after {self.runner.timeout:g} s: {self._where_running(running)}"
-        if finished:
-            message += f"; rank(s) {','.join(map(str, finished))} finished the cell"
-            if any(self.cluster.collective_of(r) for r in running):
-                message += " (a rank that skips a collective leaves the others waiting in it)"
-        return message + ". Stopped all ranks."
+        where = self._where_running(running)
+        seconds = f"{self.runner.timeout:g}"
+        if not finished:
+            return _("cell {cell} timed out after {seconds} s: {where}. Stopped all ranks.").format(
+                cell=self.index, seconds=seconds, where=where)
+        done = ",".join(map(str, finished))
+        if any(self.cluster.collective_of(r) for r in running):
+            return _("cell {cell} timed out after {seconds} s: {where}; rank(s) {finished} finished the cell "
+                     "(a rank that skips a collective leaves the others waiting in it). Stopped all ranks.").format(
+                cell=self.index, seconds=seconds, where=where, finished=done)
+        return _("cell {cell} timed out after {seconds} s: {where}; rank(s) {finished} finished the cell. "
+                 "Stopped all ranks.").format(cell=self.index, seconds=seconds, where=where, finished=done)
 
     def _where_running(self, running: List[int]) -> str:
         stacks = self.cluster.stacks_of(running)
@@ -498,12 +516,13 @@ class _Watch:
         for rank in running:
             collective = self.cluster.collective_of(rank)
             line = _user_line(stacks.get(rank, ""))
-            where = f" at line {line} of the cell" if line else ""
+            where = _(" at line {line} of the cell").format(line=line) if line else ""
             if collective:
-                parts.append(f"rank {rank} waits in {collective}{where}")
+                parts.append(_("rank {rank} waits in {collective}{where}").format(
+                    rank=rank, collective=collective, where=where))
             else:
-                parts.append(f"rank {rank} is still running{where}")
-        return "; ".join(parts)
+                parts.append(_("rank {rank} is still running{where}").format(rank=rank, where=where))
+        return _("; ").join(parts)
 
 
 class _ProgressFiles:
@@ -580,9 +599,11 @@ def _run_held_fixed(cluster: Cluster, notebook: Notebook, timeout: float, errors
     if not failed:
         return runner.records, None
     errors.write(prefix_lines(captured.getvalue(), label))
-    where = "the single-card run" if cluster.n == 1 else f"the {cluster.n}-rank comparison run"
+    where = _("the single-card run") if cluster.n == 1 else _("the {ranks}-rank comparison run").format(ranks=cluster.n)
     return None, checks_module.Check(checks_module.SINGLE_CARD, checks_module.NOT_OBSERVED,
-                                     f"{where} failed at cell {failed[0].cell} ({failed[0].status})", failed[0].cell)
+                                     _("{where} failed at cell {cell} ({status})").format(
+                                         where=where, cell=failed[0].cell, status=cell_status_label(failed[0].status)),
+                                     failed[0].cell)
 
 
 def _held_shuffle_sites(records: Dict[int, List[dict]]) -> list:
@@ -612,7 +633,7 @@ def prefix_lines(text: str, prefix: str) -> str:
 
 def _last_line(text: Optional[str]) -> str:
     lines = [line for line in (text or "").splitlines() if line.strip()]
-    return lines[-1].strip() if lines else "error"
+    return lines[-1].strip() if lines else _("error")
 
 
 def _user_line(stack: str) -> Optional[int]:
@@ -635,10 +656,11 @@ def run_command(args) -> int:
         print(str(error), file=sys.stderr)
         return EXIT_INPUT
     if not notebook.is_python:
-        print(f"{args.path}: not a Python notebook (language {notebook.language!r})", file=sys.stderr)
+        print(_("{path}: not a Python notebook (language {language})").format(
+            path=args.path, language=repr(notebook.language)), file=sys.stderr)
         return EXIT_INPUT
     if args.ranks < 1:
-        print(f"{args.path}: -n must be at least 1", file=sys.stderr)
+        print(_("{path}: -n must be at least 1").format(path=args.path), file=sys.stderr)
         return EXIT_INPUT
     started = time.monotonic()
     json_output = args.format == "json"
@@ -648,7 +670,7 @@ def run_command(args) -> int:
         try:
             cluster.start()
         except ClusterError as error:
-            print(f"npu-migrate-nb run: the cluster could not start: {error}", file=sys.stderr)
+            print(_("npu-migrate-nb run: the cluster could not start: {error}").format(error=error), file=sys.stderr)
             return EXIT_INPUT
         echo = sys.stderr if json_output else sys.stdout
         runner = Runner(cluster, timeout=args.timeout, echo=echo, errors=sys.stderr)
@@ -656,7 +678,8 @@ def run_command(args) -> int:
         failed = result.failed_cell
         if failed is not None and not getattr(args, "no_one_card", False) and cluster.profile is None:
             cluster.stop()  # its cores go to the one-card rerun
-            print(f"cell {failed.cell} failed on the ranks: rerunning the cells up to it on one card...", file=sys.stderr)
+            print(_("cell {cell} failed on the ranks: rerunning the cells up to it on one card...").format(
+                cell=failed.cell), file=sys.stderr)
             result.one_card = rerun_on_one_card(notebook, failed.cell, cluster, bound_for(result.elapsed_s))
         if getattr(args, "compare_single_card", False):
             # the ranks' cores go to the single-card run once the ranks' comparison run is over
@@ -672,23 +695,31 @@ def run_command(args) -> int:
 
 
 def render_text(result: RunResult) -> str:
-    lines = ["", f"cells ({result.ranks} ranks{', TF1 mode' if result.tf1 else ''}):"]
+    header = (_("cells ({ranks} ranks, TF1 mode):") if result.tf1 else _("cells ({ranks} ranks):")).format(
+        ranks=result.ranks)
+    lines = ["", header]
     for cell in result.cells:
-        note = f": {cell.message}" if cell.message and cell.status != "skipped" else ""
-        lines.append(f"  cell {cell.cell}: {cell.status}{note}")
+        status = cell_status_label(cell.status)
+        if cell.message and cell.status != "skipped":
+            lines.append(_("  cell {cell}: {status}: {message}").format(cell=cell.cell, status=status,
+                                                                        message=cell.message))
+        else:
+            lines.append(_("  cell {cell}: {status}").format(cell=cell.cell, status=status))
     if result.one_card is not None:
-        lines.append(f"  one card: {result.one_card.detail}")
+        lines.append(_("  one card: {detail}").format(detail=result.one_card.detail))
     if result.file_clashes:
-        lines.append("files written by several ranks:")
+        lines.append(_("files written by several ranks:"))
         lines.extend(f"  {checks_module.clash_text(clash)}" for clash in result.file_clashes)
-    lines.append("checks:")
+    lines.append(_("checks:"))
     for name, check in result.checks.items():
-        lines.append(f"  {name:<10} {check.status:<13} {check.detail}")
+        lines.append(f"  {checks_module.check_label(name):<10} {checks_module.status_label(check.status):<13} "
+                     f"{check.detail}")
     if result.single_card is not None:
-        lines.append(f"single-card math: {result.single_card.status:<13} {result.single_card.detail}")
+        lines.append(_("single-card math: {status} {detail}").format(
+            status=f"{checks_module.status_label(result.single_card.status):<13}", detail=result.single_card.detail))
     else:
-        lines.append("single-card math: skipped (--compare-single-card runs the notebook on one card at the same "
-                     "global batch and compares the final weights)")
-    verdict = "ok" if result.ok else "FAILED"
-    lines.append(f"{verdict} in {result.elapsed_s:.1f} s")
+        lines.append(_("single-card math: skipped (--compare-single-card runs the notebook on one card at the same "
+                       "global batch and compares the final weights)"))
+    verdict = _("ok in {seconds} s") if result.ok else _("FAILED in {seconds} s")
+    lines.append(verdict.format(seconds=f"{result.elapsed_s:.1f}"))
     return "\n".join(lines)

@@ -21,11 +21,12 @@ from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from ..i18n import N_, _
 from ..notebook import Cell, Notebook
 from . import checks as checks_module
 from .cluster import Cluster
 from .one_card import UNKNOWN, OneCard, OneCardRerun, bound_for
-from .runner import CellOutcome, Runner
+from .runner import CellOutcome, Runner, cell_status_label
 
 DEFAULT_RANKS = 2
 DEFAULT_TIMEOUT = 300.0
@@ -58,6 +59,9 @@ class _Ran:
 
 
 _FAILED = ("error", "timeout")
+# How a rank's state and the way the ranks were lost are shown to a person (the keys stay English data).
+_RANK_STATES = {"idle": N_("idle"), "busy": N_("busy"), "dead": N_("dead"), "stopped": N_("stopped")}
+_LOST = {"error": N_("error"), "timeout": N_("timeout"), "interrupted": N_("interrupted")}
 _live_checks: "weakref.WeakSet[OneCardCheck]" = weakref.WeakSet()
 
 
@@ -104,15 +108,15 @@ class OneCardCheck:
         """Stop the rerun and its rank now (no process is left); the verdict is then "not known"."""
         if self.done():
             return
-        self._settle(OneCard(self.cell, UNKNOWN, "not known: the one-card rerun was stopped"))
+        self._settle(OneCard(self.cell, UNKNOWN, _("not known: the one-card rerun was stopped")))
         self._rerun.cancel()
 
     @property
     def text(self) -> str:
         if not self.done():
-            return (f"one card: rerunning the cells up to cell {self.cell} at rank size 1 in the background "
-                    f"(at most {self.bound:.0f} s)...")
-        return f"one card: {self.result().detail}"
+            return _("one card: rerunning the cells up to cell {cell} at rank size 1 in the background "
+                     "(at most {seconds} s)...").format(cell=self.cell, seconds=f"{self.bound:.0f}")
+        return _("one card: {detail}").format(detail=self.result().detail)
 
 
 @atexit.register
@@ -194,13 +198,14 @@ class ClusterSession:
         if self.running:
             if n is not None and n != self.cluster.n:
                 raise SessionError(
-                    f"the simulated cluster has {self.cluster.n} ranks, not {n}: "
-                    f"%npu_cluster start -n {n} --replay moves the cells run so far to {n} ranks"
+                    _("the simulated cluster has {ranks} ranks, not {n}: "
+                      "%npu_cluster start -n {n} --replay moves the cells run so far to {n} ranks").format(
+                        ranks=self.cluster.n, n=n)
                 )
             return self.cluster
         if self.lost is not None:
-            raise SessionError(f"{self.lost}; %npu_cluster start --replay starts new ranks and runs the cells "
-                               "run so far on them")
+            raise SessionError(_("{lost}; %npu_cluster start --replay starts new ranks and runs the cells "
+                                 "run so far on them").format(lost=self.lost))
         return self.start(n or DEFAULT_RANKS, profile=profile, tf1=tf1)
 
     # ----------------------------------------------------------------------------------- cells
@@ -209,7 +214,7 @@ class ClusterSession:
         """Run a cell on the ranks. ``one_card``: when it fails there, rerun the cells up to it on one
         card in the background (``self.one_card``)."""
         if not self.running or self.runner is None:
-            raise SessionError("no simulated cluster is running: %npu_cluster start [-n N]")
+            raise SessionError(_("no simulated cluster is running: %npu_cluster start [-n N]"))
         self.runner.timeout = timeout if timeout is not None else self.timeout
         started = time.monotonic()
         try:
@@ -260,7 +265,8 @@ class ClusterSession:
 
     def _note_lost(self, index: int, what: str) -> None:
         self.cluster = None  # the runner stopped every rank
-        self.lost = f"the ranks were stopped at cell {index} ({what})"
+        self.lost = _("the ranks were stopped at cell {cell} ({what})").format(
+            cell=index, what=_(_LOST[what]) if what in _LOST else what)
 
     def replay(self, cells: Sequence[Tuple[int, str]]) -> List[CellOutcome]:
         """Run ``cells`` in order, stopping at the first that fails (like Run All)."""
@@ -275,7 +281,7 @@ class ClusterSession:
     def pull(self, expression: str) -> list:
         """The value of ``expression`` on every rank, in rank order (for plots: each rank's losses)."""
         if not self.running:
-            raise SessionError("no simulated cluster is running: %npu_cluster start [-n N]")
+            raise SessionError(_("no simulated cluster is running: %npu_cluster start [-n N]"))
         return self.cluster.view.apply_sync(_evaluate_in_rank, expression)
 
     def reset_checks(self) -> None:
@@ -284,7 +290,7 @@ class ClusterSession:
         from . import probes
 
         if self.runner is None or not self.running:
-            raise SessionError("no simulated cluster is running: %npu_cluster start [-n N]")
+            raise SessionError(_("no simulated cluster is running: %npu_cluster start [-n N]"))
         self.runner.records = {rank: [] for rank in self.cluster.ranks}
         self.cluster.view.apply_sync(probes.reset)
 
@@ -324,27 +330,31 @@ class ClusterSession:
 
     def _cluster_text(self) -> str:
         if not self.running:
-            why = f" ({self.lost})" if self.lost else ""
-            return f"no simulated cluster is running{why} (%npu_cluster start [-n N])"
+            if self.lost:
+                return _("no simulated cluster is running ({lost}) (%npu_cluster start [-n N])").format(lost=self.lost)
+            return _("no simulated cluster is running (%npu_cluster start [-n N])")
         cluster = self.cluster
-        lines = [f"simulated cluster: {cluster.n} ranks{' (TF1 mode)' if cluster.tf1 else ''}, "
-                 f"job {cluster.job_id}, rank table {cluster.rank_table_path}"]
+        header = (_("simulated cluster: {ranks} ranks (TF1 mode), job {job}, rank table {rank_table}") if cluster.tf1
+                  else _("simulated cluster: {ranks} ranks, job {job}, rank table {rank_table}"))
+        lines = [header.format(ranks=cluster.n, job=cluster.job_id, rank_table=cluster.rank_table_path)]
         for status in self.rank_statuses():
-            lines.append(f"  rank {status.rank}: {status.state}, pid {status.pid}")
+            lines.append(_("  rank {rank}: {state}, pid {pid}").format(
+                rank=status.rank, state=_(_RANK_STATES.get(status.state, status.state)), pid=status.pid))
         if self.cells_run:
-            done = ", ".join(f"{index} {status}" for index, status in self.cells_run)
-            lines.append(f"cells run on the ranks: {done}")
+            done = ", ".join(f"{index} {cell_status_label(status)}" for index, status in self.cells_run)
+            lines.append(_("cells run on the ranks: {cells}").format(cells=done))
         else:
-            lines.append("no cell has run on the ranks yet")
+            lines.append(_("no cell has run on the ranks yet"))
         return "\n".join(lines)
 
 
 def checks_text(checks: Dict[str, checks_module.Check]) -> str:
     if not checks:
-        return "checks: nothing has run on the simulated ranks yet"
-    lines = ["checks:"]
+        return _("checks: nothing has run on the simulated ranks yet")
+    lines = [_("checks:")]
     for name, check in checks.items():
-        lines.append(f"  {name:<10} {check.status:<13} {check.detail}")
+        lines.append(f"  {checks_module.check_label(name):<10} {checks_module.status_label(check.status):<13} "
+                     f"{check.detail}")
     return "\n".join(lines)
 
 

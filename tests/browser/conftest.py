@@ -6,6 +6,7 @@ never downloads one. Screenshots land in ``$NPU_ARTIFACTS`` (default ``tests/bro
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -66,7 +67,7 @@ def open_notebook(browser, lab: JupyterApp, name: str, kernel: bool = True):
         pass
     if kernel:
         page.get_by_text("Python 3 (ipykernel) | Idle").wait_for(timeout=60_000)
-    news = page.locator(".jp-toast-button", has_text="No")
+    news = page.locator(".jp-toast-button", has_text=re.compile(r"^(No|否)$"))
     if news.count():
         news.first.click()
     return page

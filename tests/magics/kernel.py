@@ -48,10 +48,13 @@ class Execution:
 
 
 class Kernel:
-    def __init__(self, extra_env: Optional[dict] = None):
+    def __init__(self, extra_env: Optional[dict] = None, unset: tuple = ()):
+        """``unset``: environment variables the kernel does not inherit (``LANGUAGE``, ``LC_ALL``...)."""
         import os
 
         env = dict(os.environ, PYDEVD_DISABLE_FILE_VALIDATION="1", **(extra_env or {}))
+        for name in unset:
+            env.pop(name, None)
         self.manager, self.client = start_new_kernel(kernel_name="python3", env=env)
         self.seen: List[dict] = []  # every IOPub message so far
         self.comm_opens: List[dict] = []  # comm_open messages from the kernel

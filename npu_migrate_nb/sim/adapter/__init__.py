@@ -15,6 +15,8 @@ import logging
 import os
 import sys
 
+from ...i18n import _
+
 ADAPTER_DIR = os.path.dirname(os.path.abspath(__file__))
 STAND_IN_PACKAGES = ("npu_bridge", "npu_device", "hccl")
 
@@ -74,11 +76,12 @@ def warn_if_list_dropped(function_name: str, argument, what: str) -> None:
     if isinstance(argument, list) or (isinstance(argument, tuple) and not argument):
         return
     if isinstance(argument, tuple):
-        dropped = f"the caller's {len(argument)} {what} were dropped"
+        dropped = _("the caller's {count} {what} were dropped").format(count=len(argument), what=what)
     else:
-        dropped = "anything the caller meant to keep was dropped"
-    warn_pitfall("hooks-tuple", f"{function_name}() was given {type(argument).__name__} instead of a "
-                                f"list, so it started a new list and {dropped}; pass a list")
+        dropped = _("anything the caller meant to keep was dropped")
+    warn_pitfall("hooks-tuple", _("{function}() was given {type} instead of a "
+                                  "list, so it started a new list and {dropped}; pass a list").format(
+        function=function_name, type=type(argument).__name__, dropped=dropped))
 
 
 class SimulatorCannotRun(NotImplementedError):
@@ -88,7 +91,7 @@ class SimulatorCannotRun(NotImplementedError):
 
 def cannot_run(api: str, why: str):
     """The one-line error of an API the simulator does not reproduce."""
-    return SimulatorCannotRun(f"{api}: {why}; the simulator cannot run it on the CPU")
+    return SimulatorCannotRun(_("{api}: {why}; the simulator cannot run it on the CPU").format(api=api, why=why))
 
 
 class GeneratedOps:
@@ -108,7 +111,7 @@ class GeneratedOps:
         api = f"{self._owner}.{op_name}"
 
         def npu_kernel(*args, **kwargs):
-            raise cannot_run(api, "an NPU kernel with no CPU version")
+            raise cannot_run(api, _("an NPU kernel with no CPU version"))
 
         npu_kernel.__name__ = op_name
         return npu_kernel

@@ -18,6 +18,7 @@ import threading
 
 import tensorflow as tf
 
+from npu_migrate_nb.i18n import _
 from npu_migrate_nb.sim import comm as _comm
 from npu_migrate_nb.sim.adapter import GeneratedOps as _GeneratedOps
 from npu_migrate_nb.sim.adapter import logger as _logger
@@ -36,8 +37,8 @@ _global_options = None
 
 def set_device_sat_mode(mode):
     if mode != 0:
-        raise ValueError("the simulator models the chip in saturation mode (0) only, the mode the loss-scale "
-                         "optimizers read the float status in; got %r" % (mode,))
+        raise ValueError(_("the simulator models the chip in saturation mode (0) only, the mode the loss-scale "
+                           "optimizers read the float status in; got {mode}").format(mode=repr(mode)))
 
 
 def is_inf_nan_enabled():
@@ -93,12 +94,12 @@ def _check_rank_table(path, rank_id):
         with _builtins.open(path) as handle:
             table = _json.load(handle)
     except (OSError, ValueError) as exc:
-        raise RuntimeError(f"cannot read rank table {path!r}: {exc}") from None
+        raise RuntimeError(_("cannot read rank table {path}: {error}").format(path=repr(path), error=exc)) from None
     rank_ids = {str(device.get("rank_id")) for server in table.get("server_list", [])
                 for device in server.get("device", [])}
     if str(rank_id) not in rank_ids:
-        raise RuntimeError(f"RANK_ID {rank_id} is not a rank_id in rank table {path!r} "
-                           f"(it lists {sorted(rank_ids)})")
+        raise RuntimeError(_("RANK_ID {rank_id} is not a rank_id in rank table {path} "
+                             "(it lists {listed})").format(rank_id=rank_id, path=repr(path), listed=sorted(rank_ids)))
 
 
 def _check_distributed_env(workers_num):

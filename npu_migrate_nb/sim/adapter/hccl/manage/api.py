@@ -5,6 +5,7 @@ Like the real API, every query raises ValueError until collective communication 
 is ``hccl_world_group``; creating other groups is not simulated.
 """
 
+from npu_migrate_nb.i18n import _
 from npu_migrate_nb.sim import comm as _comm
 
 _WORLD_GROUP = "hccl_world_group"
@@ -12,10 +13,11 @@ _WORLD_GROUP = "hccl_world_group"
 
 def _check(group):
     if not _comm.is_initialized():
-        raise ValueError("collective communication is not initialised: call npu.open().as_default() "
-                         "(TF2) or init_resource() (TF1) first, with RANK_SIZE and RANK_ID set")
+        raise ValueError(_("collective communication is not initialised: call npu.open().as_default() "
+                           "(TF2) or init_resource() (TF1) first, with RANK_SIZE and RANK_ID set"))
     if group != _WORLD_GROUP:
-        raise ValueError(f"group {group!r} does not exist; the simulator has only {_WORLD_GROUP!r}")
+        raise ValueError(_("group {group} does not exist; the simulator has only {world}").format(
+            group=repr(group), world=repr(_WORLD_GROUP)))
 
 
 def get_rank_size(group=_WORLD_GROUP):
@@ -49,8 +51,8 @@ def get_group_rank_from_world_rank(world_rank_id, group):
 
 
 def create_group(group, rank_num, rank_ids):
-    raise NotImplementedError("the simulator supports only hccl_world_group")
+    raise NotImplementedError(_("the simulator supports only hccl_world_group"))
 
 
 def destroy_group(group):
-    raise NotImplementedError("the simulator supports only hccl_world_group")
+    raise NotImplementedError(_("the simulator supports only hccl_world_group"))

@@ -12,6 +12,7 @@ input comes back unchanged.
 
 import tensorflow as _tf
 
+from npu_migrate_nb.i18n import _
 from npu_migrate_nb.sim import comm as _comm
 from npu_migrate_nb.sim import float_status as _float_status
 
@@ -23,7 +24,7 @@ _GATHER_TYPES = _REDUCE_TYPES + (_tf.uint64, _tf.uint8, _tf.uint16, _tf.uint32, 
 
 def _check_group(group):
     if group != _WORLD:
-        raise ValueError(f"group {group!r} is not simulated; use {_WORLD!r}")
+        raise ValueError(_("group {group} is not simulated; use {world}").format(group=repr(group), world=repr(_WORLD)))
 
 
 def _check_int(value, name):
@@ -42,7 +43,8 @@ def _checked_tensor(tensor, allowed, op_name):
 
 def _check_reduction(reduction):
     if reduction not in _REDUCTIONS:
-        raise ValueError(f"reduction must be one of {_REDUCTIONS} (HCCL has no 'mean'), got {reduction!r}")
+        raise ValueError(_("reduction must be one of {choices} (HCCL has no 'mean'), got {reduction}").format(
+            choices=_REDUCTIONS, reduction=repr(reduction)))
 
 
 @_tf.custom_gradient
@@ -80,7 +82,7 @@ def allgather(tensor, rank_size, group="hccl_world_group", fusion=0, fusion_id=-
     if _comm.size() == 1:
         return tensor
     _float_status.offer([tensor])
-    slots = [_tf.zeros_like(tensor) for _ in range(rank_size)]
+    slots = [_tf.zeros_like(tensor) for _unused in range(rank_size)]
     slots[_comm.rank()] = tensor
     return _comm.all_reduce([_tf.concat(slots, axis=0)], "sum")[0]
 

@@ -11,6 +11,7 @@ run eagerly instead of through a tf.function.
 import tensorflow as tf
 from absl import logging
 
+from npu_migrate_nb.i18n import _
 from npu_migrate_nb.sim import comm as _comm
 from npu_migrate_nb.sim import float_status as _float_status
 from npu_migrate_nb.sim.adapter import warn_if_list_dropped as _warn_if_list_dropped
@@ -43,9 +44,10 @@ def shard_and_rebatch_dataset(dataset, global_bs):
 
 def _check(reduction, group):
     if reduction not in _REDUCTIONS:
-        raise ValueError(f"reduction must be one of {_REDUCTIONS}, got {reduction!r}")
+        raise ValueError(_("reduction must be one of {choices}, got {op}").format(
+            choices=_REDUCTIONS, op=repr(reduction)))
     if group != _WORLD:
-        raise ValueError(f"group {group!r} is not simulated; use {_WORLD!r}")
+        raise ValueError(_("group {group} is not simulated; use {world}").format(group=repr(group), world=repr(_WORLD)))
 
 
 def _hccl_input(value):
@@ -83,7 +85,7 @@ def broadcast(values, root_rank=0, fusion=2, fusion_id=0, group="hccl_world_grou
         logging.info("Skip broadcast as current process is not npu cluster worker")
         return
     if group != _WORLD:
-        raise ValueError(f"group {group!r} is not simulated; use {_WORLD!r}")
+        raise ValueError(_("group {group} is not simulated; use {world}").format(group=repr(group), world=repr(_WORLD)))
     _tf1_hccl_ops._check_int(root_rank, "root_rank")
     variables = list(values) if isinstance(values, (list, tuple)) else [values]
     if not variables:

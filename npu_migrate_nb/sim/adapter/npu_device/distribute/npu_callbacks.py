@@ -15,6 +15,7 @@ import weakref
 
 import tensorflow as tf
 
+from npu_migrate_nb.i18n import _
 from npu_migrate_nb.sim.adapter import warn_pitfall as _warn_pitfall
 from npu_device.distribute import hccl
 
@@ -59,9 +60,9 @@ class NPUBroadcastGlobalVariablesCallback(tf.keras.callbacks.Callback):
         self.root_rank = root_rank
         self.broadcast_done = False
         _warn_pitfall("tf2-broadcast-callback",
-                      "npu_device's NPUBroadcastGlobalVariablesCallback never broadcasts (its on_batch_begin "
-                      "is defined inside __init__); call npu.distribute.broadcast(model.trainable_variables) "
-                      "once the model is built")
+                      _("npu_device's NPUBroadcastGlobalVariablesCallback never broadcasts (its on_batch_begin "
+                        "is defined inside __init__); call npu.distribute.broadcast(model.trainable_variables) "
+                        "once the model is built"))
 
         def on_batch_begin(self, batch, logs=None):  # defined here, as in the adapter: never called
             if self.broadcast_done:

@@ -1,5 +1,6 @@
 """Stand-in for ``npu_bridge.estimator.npu.npu_dynamic_rnn``: the chip's fused DynamicRNN layer."""
 
+from npu_migrate_nb.i18n import _
 from npu_migrate_nb.sim.adapter import cannot_run as _cannot_run
 
 DYNAMIC_RNN_UNIDIRECTION = "UNIDIRECTIONAL"
@@ -22,5 +23,5 @@ class DynamicRNN:
                  activation="tanh",
                  forget_bias=0.0,
                  is_training=True):
-        raise _cannot_run("npu_dynamic_rnn.DynamicRNN", "the Ascend chip's fused RNN kernel; use "
-                          "tf.keras.layers.LSTM/GRU to simulate the model")
+        raise _cannot_run("npu_dynamic_rnn.DynamicRNN", _("the Ascend chip's fused RNN kernel; use "
+                                                          "tf.keras.layers.LSTM/GRU to simulate the model"))

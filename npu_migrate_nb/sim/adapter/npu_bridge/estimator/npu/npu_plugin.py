@@ -5,6 +5,7 @@ loss-scale optimizers read the float status in. Device memory and the plugin's l
 chip's: ``malloc_shared_memory`` says the simulator cannot run it, ``npu_close`` does nothing.
 """
 
+from npu_migrate_nb.i18n import _
 from npu_migrate_nb.sim.adapter import cannot_run as _cannot_run
 
 
@@ -17,4 +18,4 @@ def is_inf_nan_enabled():
 
 
 def malloc_shared_memory(var_name, shape, data_type):
-    raise _cannot_run("npu_plugin.malloc_shared_memory", "it allocates memory shared on the Ascend device")
+    raise _cannot_run("npu_plugin.malloc_shared_memory", _("it allocates memory shared on the Ascend device"))

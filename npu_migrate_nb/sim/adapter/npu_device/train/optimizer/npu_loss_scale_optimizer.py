@@ -21,6 +21,7 @@ from keras.src.mixed_precision.loss_scale_optimizer import LossScaleOptimizerV3 
 from keras.src.mixed_precision.loss_scale_optimizer import _UnwrapPreventer
 
 from npu_migrate_nb.sim import float_status as _float_status
+from npu_migrate_nb.i18n import _
 from npu_migrate_nb.sim.adapter import cannot_run as _cannot_run
 from npu_device.npu_device import global_npu_ctx
 from npu_device.npu_device import is_inf_nan_enabled
@@ -72,12 +73,12 @@ class NpuLossScaleOptimizer(_LossScaleOptimizerV3):
         if global_npu_ctx() is None or is_inf_nan_enabled():
             return super().apply_gradients(grads_and_vars)
         grads_and_vars = tuple(grads_and_vars)
-        grads = [g for g, _ in grads_and_vars]
+        grads = [g for g, _unused in grads_and_vars]
         with tf.init_scope():
-            self.build([v for _, v in grads_and_vars])
+            self.build([v for _unused, v in grads_and_vars])
 
         def apply_fn():
-            self._apply_gradients(grads, _UnwrapPreventer([v for _, v in grads_and_vars]))
+            self._apply_gradients(grads, _UnwrapPreventer([v for _unused, v in grads_and_vars]))
             return tf.no_op()
 
         skipped = _float_status.skip_recorder(self._optimizer.iterations, type(self).__name__)
@@ -101,5 +102,5 @@ class NpuExperimentalLossScaleOptimizer:
 
     def __init__(self, optimizer, loss_scale):
         raise _cannot_run("npu_loss_scale_optimizer.NpuExperimentalLossScaleOptimizer",
-                          "it extends tf.keras.mixed_precision.experimental.LossScaleOptimizer, which TensorFlow "
-                          "2.15 no longer has; use npu.train.optimizer.NpuLossScaleOptimizer")
+                          _("it extends tf.keras.mixed_precision.experimental.LossScaleOptimizer, which TensorFlow "
+                            "2.15 no longer has; use npu.train.optimizer.NpuLossScaleOptimizer"))
