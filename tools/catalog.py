@@ -136,14 +136,17 @@ def compile_all() -> None:
 
 def lab_json(catalog: Catalog, language: str) -> dict:
     """The shape JupyterLab's translator reads (as its language packs ship it)."""
+    # JupyterLab names the language as its packs do (``zh-CN``): its translator looks the messages up under that name.
     document: Dict[str, object] = {
-        "": {"domain": DOMAIN, "language": language, "plural_forms": catalog.plural_forms, "version": "0.1.0"}
+        "": {"domain": DOMAIN, "language": language.replace("_", "-"), "plural_forms": catalog.plural_forms,
+             "version": "0.1.0"}
     }
     for message in catalog:
         if not message.id or "fuzzy" in message.flags or not message.string:
             continue
         if isinstance(message.id, tuple):
-            document[message.id[0]] = list(message.string)
+            # JupyterLab takes a plural entry of one form for a singular one: pad it as its packs do.
+            document[message.id[0]] = list(message.string) + [""] * (2 - len(message.string))
         else:
             document[message.id] = [message.string]
     return document

@@ -17,12 +17,12 @@ import {
 
 const ONE_CARD_WORDS = oneCardWords();
 
-/** A translator as JupyterLab's: a catalog of msgid -> translation, ``%1`` filled after. */
+/** A translator as JupyterLab's: a catalog of msgid -> translation, ``%1`` filled after (the count first in plurals). */
 function translator(catalog: { [msgid: string]: string }): ITrans {
   const fill = (text: string, args: unknown[]) => text.replace(/%(\d+)/g, (_, i) => String(args[Number(i) - 1]));
   return {
     __: (msgid, ...args) => fill(catalog[msgid] ?? msgid, args),
-    _n: (msgid, plural, n, ...args) => fill(catalog[n === 1 ? msgid : plural] ?? (n === 1 ? msgid : plural), args)
+    _n: (msgid, plural, n, ...args) => fill(catalog[msgid] ?? (n === 1 ? msgid : plural), [n, ...args])
   };
 }
 
@@ -139,7 +139,7 @@ describe('statusWords and debounce', () => {
       'not observed': '未观测到',
       'variable broadcast (变量广播)': '变量广播',
       'cell %1 line %2': '单元格 %1 第 %2 行',
-      'cell %1 failed on ranks %2: %3': '单元格 %1 在 rank %2 上失败：%3'
+      'cell %2 failed on rank %3: %4': '单元格 %2 在 rank %3 上失败：%4'
     });
     expect(statusWords('missing', zh)).toBe('缺失');
     expect(statusWords('not-applicable', zh)).toBe('不适用');

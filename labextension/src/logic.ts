@@ -5,7 +5,8 @@
 
 /**
  * What the panel says goes through JupyterLab's translator (``translator.load('npu_migrate_nb')``:
- * ``__`` with ``%1``-style arguments, ``_n`` for plurals); ``english`` is what it says without one.
+ * ``__`` with ``%1``-style arguments; ``_n`` for plurals, where, as in JupyterLab, ``%1`` is the count
+ * and the arguments start at ``%2``); ``english`` is what it says without one.
  */
 export interface ITrans {
   __(msgid: string, ...args: unknown[]): string;
@@ -18,7 +19,7 @@ function fill(text: string, args: unknown[]): string {
 
 export const english: ITrans = {
   __: (msgid, ...args) => fill(msgid, args),
-  _n: (msgid, msgidPlural, n, ...args) => fill(n === 1 ? msgid : msgidPlural, args)
+  _n: (msgid, msgidPlural, n, ...args) => fill(n === 1 ? msgid : msgidPlural, [n, ...args])
 };
 
 export type StepStatus = 'missing' | 'present' | 'not-applicable' | 'unknown';
@@ -286,7 +287,8 @@ export function failedCellLine(cells: ICellResult[], trans: ITrans = english): {
   if (!erred.length) {
     return { cell: failed.cell, text: trans.__('cell %1 failed: %2', failed.cell, failed.status) };
   }
-  const text = trans._n('cell %1 failed on rank %2: %3', 'cell %1 failed on ranks %2: %3', erred.length, failed.cell, ranks, last(erred[0].error as string));
+  const error = last(erred[0].error as string);
+  const text = trans._n('cell %2 failed on rank %3: %4', 'cell %2 failed on ranks %3: %4', erred.length, failed.cell, ranks, error);
   return { cell: failed.cell, text };
 }
 

@@ -104,7 +104,7 @@ export class NpuPanel extends Widget {
   }
 
   private simulateLabel(ranks: number): string {
-    return this.trans._n('Simulate on %1 rank', 'Simulate on %1 ranks', ranks, ranks);
+    return this.trans._n('Simulate on %1 rank', 'Simulate on %1 ranks', ranks);
   }
 
   private ranks(): number {
@@ -178,8 +178,8 @@ export class NpuPanel extends Widget {
         return;
       }
       writeCells(panel, plan.writes);
-      const fixes = this.trans._n('%1 fix', '%1 fixes', result.applied.length, result.applied.length);
-      const cells = this.trans._n('%1 cell', '%1 cells', plan.writes.length, plan.writes.length);
+      const fixes = this.trans._n('%1 fix', '%1 fixes', result.applied.length);
+      const cells = this.trans._n('%1 cell', '%1 cells', plan.writes.length);
       this.status.textContent = this.trans.__('applied %1 in %2', fixes, cells);
     } catch (error) {
       this.status.textContent = this.trans.__('apply failed: %1', (error as Error).message);
@@ -348,13 +348,12 @@ export class NpuPanel extends Widget {
     const progress = element('progress', { max: String(Math.max(job.cells_total, 1)), value: String(job.cells_done) });
     const parts: HTMLElement[] = [
       element('div', { class: 'npu-job-state', 'data-state': job.state }, this.trans._n(
-          '%1: %2/%3 cells on %4 rank',
-          '%1: %2/%3 cells on %4 ranks',
+          '%2: %3/%4 cells on %1 rank',
+          '%2: %3/%4 cells on %1 ranks',
           job.ranks,
           this.stateWord(job.state),
           job.cells_done,
-          job.cells_total,
-          job.ranks
+          job.cells_total
         )),
       progress
     ];
@@ -381,7 +380,7 @@ export class NpuPanel extends Widget {
           element(
             'tr',
             { 'data-check': name },
-            element('td', {}, this.checkName(name)),
+            element('td', { class: 'npu-check-name' }, this.checkName(name)),
             element('td', {}, element('span', { class: `npu-check npu-check-${check.status}` }, checkWords(check.status, this.trans))),
             element('td', {}, check.detail)
           )

@@ -31,6 +31,7 @@ def test_the_panel_speaks_the_lab_s_language_and_switches_back(lab, browser):
         page.locator(".lm-MenuBar-itemLabel", has_text="文件").first.wait_for(timeout=30_000)  # the lab itself
         panel = open_panel(page)
         assert panel.locator("button.npu-analyze").inner_text() == "分析 Notebook"
+        assert panel.locator("button.npu-simulate").inner_text() == "在 2 个 rank 上模拟"  # a plural, as the lab says them
         panel.locator("button.npu-analyze").click()
         wait_for_steps(page, panel, {"broadcast": "缺失", "allreduce": "缺失", "shard": "缺失"})
         assert panel.locator(".npu-steps tr[data-step='broadcast'] td").first.inner_text() == "变量广播"
@@ -44,8 +45,12 @@ def test_the_panel_speaks_the_lab_s_language_and_switches_back(lab, browser):
 
         panel.locator("button.npu-apply-all").click()
         wait_for_steps(page, panel, {"broadcast": "已有", "allreduce": "已有", "shard": "已有"})
+        page.locator(".jp-Notebook").first.click()
+        page.keyboard.press("Control+s")  # the English page below opens the adapted notebook
+        page.wait_for_function("() => !document.querySelector('.jp-mod-dirty')", timeout=20_000)
         panel.locator("button.npu-simulate").click()
         page.wait_for_selector("#npu-migrate-nb-panel .npu-job-state[data-state='done']", timeout=240_000)
+        assert panel.locator(".npu-job-state").inner_text() == "完成：5/5 个单元格，2 个 rank"
         checks = {row.get_attribute("data-check"): row.locator(".npu-check").inner_text()
                   for row in panel.locator(".npu-checks tr").all()}
         assert checks == {"broadcast": "通过", "allreduce": "通过", "shard": "通过"}, panel.inner_text()
