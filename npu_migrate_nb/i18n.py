@@ -21,6 +21,7 @@ import contextlib
 import contextvars
 import gettext
 import os
+import unicodedata
 from functools import lru_cache
 from pathlib import Path
 from typing import Iterator, Mapping, Optional
@@ -115,3 +116,17 @@ def ngettext(singular: str, plural: str, count: int) -> str:
 def N_(message: str) -> str:
     """Marks ``message`` for the catalog without translating it (translate it with ``_`` where it is said)."""
     return message
+
+
+def width(text: str) -> int:
+    """Columns ``text`` takes in a terminal: a Chinese character takes two."""
+    return sum(2 if unicodedata.east_asian_width(character) in ("W", "F") else 1 for character in text)
+
+
+def ljust(text: str, columns: int) -> str:
+    """``text`` padded to ``columns`` terminal columns (``str.ljust`` counts a Chinese character as one)."""
+    return text + " " * max(0, columns - width(text))
+
+
+def rjust(text: str, columns: int) -> str:
+    return " " * max(0, columns - width(text)) + text

@@ -7,6 +7,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 from .analysis import Analysis
 from .findings import STEPS
+from . import i18n
 from .i18n import N_, _, ngettext
 from .notebook import Notebook
 
@@ -51,7 +52,7 @@ def summary_lines(analysis: Analysis) -> List[str]:
             line = _("{step}: {status} ({reason})").format(step=title, status=said, reason=reason)
         else:
             line = _("{step}: {status}").format(step=title, status=said)
-        lines.append(f"  {_(_STATUS_MARKS[status]):>7}  {line}")
+        lines.append(f"  {i18n.rjust(_(_STATUS_MARKS[status]), 7)}  {line}")
     return lines
 
 
@@ -163,7 +164,7 @@ def checklist_text(analysis: Analysis) -> List[str]:
     for item in checklist(analysis):
         title = _(_STEP_TITLES[item["step"]])
         line = _("{step}: {reason}").format(step=title, reason=item["reason"]) if item["reason"] else title
-        lines.append(f"  {_status_word(analysis.steps[item['step']]):>14}  {line}")
+        lines.append(f"  {i18n.rjust(_status_word(analysis.steps[item['step']]), 14)}  {line}")
     return lines
 
 

@@ -159,3 +159,10 @@ def test_no_module_that_translates_uses_the_underscore_as_a_throwaway_name():
         or (isinstance(node, ast.ExceptHandler) and node.name == "_")
     ]
     assert found == []
+
+
+def test_columns_line_up_in_a_terminal_with_chinese_words():
+    # A Chinese character takes two columns: the checks table pads by what a terminal shows.
+    assert i18n.width("变量广播") == 8 and i18n.width("broadcast") == 9
+    assert i18n.ljust("通过", 13) == "通过" + " " * 9 and i18n.ljust("pass", 13) == "pass".ljust(13)
+    assert i18n.rjust("缺失", 7) == "   缺失" and i18n.rjust("MISSING", 7) == "MISSING"

@@ -712,11 +712,11 @@ def render_text(result: RunResult) -> str:
         lines.extend(f"  {checks_module.clash_text(clash)}" for clash in result.file_clashes)
     lines.append(_("checks:"))
     for name, check in result.checks.items():
-        lines.append(f"  {checks_module.check_label(name):<10} {checks_module.status_label(check.status):<13} "
-                     f"{check.detail}")
+        lines.append(f"  {i18n.ljust(checks_module.check_label(name), 10)} "
+                     f"{i18n.ljust(checks_module.status_label(check.status), 13)} {check.detail}")
     if result.single_card is not None:
         lines.append(_("single-card math: {status} {detail}").format(
-            status=f"{checks_module.status_label(result.single_card.status):<13}", detail=result.single_card.detail))
+            status=i18n.ljust(checks_module.status_label(result.single_card.status), 13), detail=result.single_card.detail))
     else:
         lines.append(_("single-card math: skipped (--compare-single-card runs the notebook on one card at the same "
                        "global batch and compares the final weights)"))

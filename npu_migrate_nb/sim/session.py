@@ -21,6 +21,7 @@ from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from .. import i18n
 from ..i18n import N_, _
 from ..notebook import Cell, Notebook
 from . import checks as checks_module
@@ -353,8 +354,8 @@ def checks_text(checks: Dict[str, checks_module.Check]) -> str:
         return _("checks: nothing has run on the simulated ranks yet")
     lines = [_("checks:")]
     for name, check in checks.items():
-        lines.append(f"  {checks_module.check_label(name):<10} {checks_module.status_label(check.status):<13} "
-                     f"{check.detail}")
+        lines.append(f"  {i18n.ljust(checks_module.check_label(name), 10)} "
+                     f"{i18n.ljust(checks_module.status_label(check.status), 13)} {check.detail}")
     return "\n".join(lines)
 
 
