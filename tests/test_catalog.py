@@ -166,3 +166,23 @@ def test_columns_line_up_in_a_terminal_with_chinese_words():
     assert i18n.width("变量广播") == 8 and i18n.width("broadcast") == 9
     assert i18n.ljust("通过", 13) == "通过" + " " * 9 and i18n.ljust("pass", 13) == "pass".ljust(13)
     assert i18n.rjust("缺失", 7) == "   缺失" and i18n.rjust("MISSING", 7) == "MISSING"
+
+
+def test_every_call_that_translates_is_where_the_extraction_sees_it():
+    # Babel reads neither inside a Python f-string nor inside a TypeScript template literal: a message
+    # asked for there would never reach the catalog (and never be translated).
+    import ast
+
+    hidden = []
+    for path in sorted((ROOT / "npu_migrate_nb").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.JoinedStr):
+                hidden += [f"{path.relative_to(ROOT)}:{call.lineno}" for call in ast.walk(node)
+                           if isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
+                           and call.func.id in ("_", "ngettext") and call.args
+                           and isinstance(call.args[0], ast.Constant)]  # _(CONSTANT): its N_ is seen
+    for path in sorted((ROOT / "labextension" / "src").glob("*.ts")):
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if re.search(r"\$\{[^}]*trans\.(__|_n)\(\s*'", line):
+                hidden.append(f"{path.relative_to(ROOT)}:{number}")
+    assert hidden == []

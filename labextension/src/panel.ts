@@ -253,10 +253,12 @@ export class NpuPanel extends Widget {
   }
 
   private findingRow(finding: IFinding): HTMLElement {
+    const said = this.trans.__('%1: %2', findingPlace(finding, this.trans), finding.message);
     const row = element(
       'div',
       { class: `npu-finding npu-${finding.severity}`, 'data-code': finding.code },
-      element('div', {}, element('b', {}, this.severityWord(finding.severity)), ` ${findingPlace(finding, this.trans)}: ${finding.message} `, element('code', {}, `[${finding.code}]`))
+      element('div', {}, element('b', {}, this.severityWord(finding.severity)),
+        ` ${said} `, element('code', {}, `[${finding.code}]`))
     );
     if (finding.fix) {
       row.append(element('pre', { class: 'npu-fix' }, finding.fix));
