@@ -16,6 +16,7 @@ import sys
 from typing import Iterator, List, Optional
 
 from . import __version__, i18n
+from .docs_url import ENVIRONMENT_VARIABLE, package_docs_url
 from .i18n import N_, _
 
 EXIT_OK, EXIT_FINDINGS, EXIT_INPUT = 0, 1, 2
@@ -71,7 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     check = commands.add_parser("check", parents=[language], help=_("report missing or wrong distributed steps"))
     check.add_argument("paths", nargs="+", metavar="PATH", help=_(".ipynb notebooks or .py scripts"))
-    check.add_argument("--format", choices=("text", "json"), default="text")
+    check.add_argument("--format", choices=("text", "json"), default="text",
+                       help=_("text: a line per finding, then the steps; json: each finding with the url of its "
+                              "code's page (the site: {variable}, else {url})").format(
+                           variable=ENVIRONMENT_VARIABLE, url=package_docs_url()))
     _add_analysis_options(check)
 
     fix = commands.add_parser("fix", parents=[language], help=_("insert the distributed steps in place (libcst)"))

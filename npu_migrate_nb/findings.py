@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Dict, FrozenSet, List, Optional, Tuple
 
+from .docs_url import code_url
+
 STEPS = ("broadcast", "allreduce", "shard")
 SEVERITIES = ("error", "warning", "info")
 
@@ -67,7 +69,13 @@ class Finding:
         if self.path is not None:
             document["cell"] = None
             document["path"] = self.path
+        document["url"] = self.url
         return document
+
+    @property
+    def url(self) -> str:
+        """The documentation page of this finding's code (``<DOCS_URL>codes/<code>/``)."""
+        return code_url(self.code)
 
     def where(self, notebook_path: str) -> str:
         """``NB.ipynb:cell 3:12:5`` or, in a module, ``model.py:12:5``."""

@@ -6,6 +6,7 @@ import json
 from typing import Dict, List, Mapping, Optional, Sequence
 
 from .analysis import Analysis
+from .docs_url import code_url
 from .findings import STEPS
 from . import i18n
 from .i18n import N_, _, ngettext
@@ -126,14 +127,21 @@ def cell_report_text(analysis: Analysis, cell: int, label: str, labels: Optional
 
 
 def elsewhere_lines(analysis: Analysis, cell: int, labels: Mapping[int, str]) -> List[str]:
-    others = [f for f in analysis.findings if f.cell != cell and f.severity != "info"]
+    others = _elsewhere(analysis, cell)
     lines = [_("in other cells run so far:")] if others else []
-    for finding in others:
-        where = finding.path or (labels[finding.cell] if finding.cell in labels
-                                 else _("cell {index}").format(index=finding.cell))
-        lines.append("  " + _("{where} line {line}: {message} [{code}]").format(
-            where=where, line=finding.line, message=finding.message, code=finding.code))
+    lines += ["  " + _elsewhere_line(finding, labels) for finding in others]
     return lines
+
+
+def _elsewhere(analysis: Analysis, cell: int) -> List:
+    return [f for f in analysis.findings if f.cell != cell and f.severity != "info"]
+
+
+def _elsewhere_line(finding, labels: Mapping[int, str]) -> str:
+    where = finding.path or (labels[finding.cell] if finding.cell in labels
+                             else _("cell {index}").format(index=finding.cell))
+    return _("{where} line {line}: {message} [{code}]").format(
+        where=where, line=finding.line, message=finding.message, code=finding.code)
 
 
 def notebook_report_text(analysis: Analysis, labels: Mapping[int, str]) -> str:
@@ -217,6 +225,7 @@ _CSS = """<style>
 .npu-finding{margin:6px 0;padding:4px 8px;border-left:4px solid #d33}
 .npu-finding.warning{border-color:#e6a700}.npu-finding.info{border-color:#3b7dd8}
 .npu-code-name{color:#666;font-family:var(--jp-code-font-family,monospace)}
+.npu-code-link{text-decoration:none}.npu-code-link:hover .npu-code-name{text-decoration:underline}
 .npu-fix{background:#eef8ee;padding:2px 6px;margin-top:2px}
 .npu-steps td{padding:1px 8px}
 .npu-status{font-weight:bold;border-radius:3px;padding:0 6px;color:#fff}
@@ -235,11 +244,18 @@ def cell_report_html(analysis: Analysis, cell: int, source: str, label: str,
 
 
 def elsewhere_html(analysis: Analysis, cell: int, labels: Mapping[int, str]) -> str:
-    lines = elsewhere_lines(analysis, cell, labels)
-    if not lines:
+    others = _elsewhere(analysis, cell)
+    if not others:
         return ""
-    items = "".join(f"<li>{_escape(line.strip())}</li>" for line in lines[1:])
-    return f"<div>{_escape(lines[0])}</div><ul>{items}</ul>"
+    items = "".join(f"<li>{_linked(_escape(_elsewhere_line(finding, labels)), finding.code)}</li>" for finding in others)
+    heading = _escape(_("in other cells run so far:"))
+    return f"<div>{heading}</div><ul>{items}</ul>"
+
+
+def _linked(said_html: str, code: str) -> str:
+    """``said_html`` with its last ``[code]`` linked to the code's page."""
+    head, bracketed, tail = said_html.rpartition(f"[{_escape(code)}]")
+    return head + code_link_html(code) + tail if bracketed else said_html
 
 
 def notebook_report_html(analysis: Analysis, sources: Mapping[int, str], labels: Mapping[int, str]) -> str:
@@ -287,8 +303,14 @@ def finding_html(finding) -> str:
     fix = f'<pre class="npu-fix">{_escape(finding.fix)}</pre>' if finding.fix else ""
     said = _("line {line}: {severity} {message}").format(
         line=finding.line, severity=f"<b>{_escape(_severity(finding.severity))}</b>", message=_escape(finding.message))
-    return (f'<div class="npu-finding {finding.severity}">{said} '
-            f'<span class="npu-code-name">[{finding.code}]</span>{fix}</div>')
+    return f'<div class="npu-finding {finding.severity}">{said} {code_link_html(finding.code)}{fix}</div>'
+
+
+def code_link_html(code: str) -> str:
+    """``[code]``, linked to the code's page in the documentation (a new tab)."""
+    title = _("what {code} means, in the documentation").format(code=code)
+    return (f'<a class="npu-code-link" href="{_escape(code_url(code))}" target="_blank" rel="noopener" '
+            f'title="{_escape(title)}"><span class="npu-code-name">[{_escape(code)}]</span></a>')
 
 
 def checklist_html(analysis: Analysis) -> str:

@@ -1,5 +1,6 @@
 """The ``check`` and ``fix`` commands: formats, exit codes, byte-identical untouched parts."""
 
+import importlib.metadata
 import json
 import re
 import shutil
@@ -7,6 +8,7 @@ import subprocess
 import sys
 
 from npu_migrate_nb.cli import main
+from npu_migrate_nb.docs_url import DEFAULT_DOCS_URL, ENVIRONMENT_VARIABLE, docs_url
 
 from .conftest import EXAMPLES
 
@@ -44,11 +46,42 @@ def test_json_report_schema(capsys):
     assert report["steps"] == {"broadcast": "missing", "allreduce": "missing", "shard": "missing"}
     for finding in report["findings"]:
         assert set(finding) == {"code", "step", "severity", "cell", "line", "column", "end_line", "end_column",
-                                "message", "fix"}
+                                "message", "fix", "url"}
         assert finding["step"] in ("broadcast", "allreduce", "shard", None)
     allreduce = next(f for f in report["findings"] if f["code"] == "missing-allreduce")
     assert allreduce["fix"] == 'grads = npu.distribute.all_reduce(grads, reduction="sum")'
     assert "global batch size" in allreduce["message"]
+
+
+def test_json_gives_each_finding_the_page_of_its_code(capsys, monkeypatch):
+    monkeypatch.delenv(ENVIRONMENT_VARIABLE, raising=False)
+    path = str(EXAMPLES / "keras_single_card.ipynb")
+    _, out, _ = run(["check", path, "--format", "json"], capsys)
+    report = json.loads(out)
+    docs = docs_url()  # the package's Documentation URL (DOCS_URL, unless the environment set another)
+    assert report["findings"] and docs == _project_docs_url()
+    for finding in report["findings"]:
+        assert finding["url"] == f"{docs}codes/{finding['code']}/"
+    assert all("url" not in error for error in report["errors"])  # a cell error has no code, so no page
+
+
+def _project_docs_url() -> str:
+    """pyproject's [project.urls] Documentation as installed (the literal default on an older install)."""
+    entries = importlib.metadata.metadata("npu-migrate-nb").get_all("Project-URL") or []
+    urls = [entry.partition(",")[2].strip() for entry in entries if entry.partition(",")[0].strip() == "Documentation"]
+    url = urls[0] if urls else DEFAULT_DOCS_URL
+    return url if url.endswith("/") else url + "/"
+
+
+def test_the_docs_url_comes_from_the_environment_when_set(capsys, monkeypatch):
+    path = str(EXAMPLES / "keras_single_card.ipynb")
+    monkeypatch.setenv(ENVIRONMENT_VARIABLE, "file:///srv/npu-docs/site")  # no trailing slash: one is added
+    _, out, _ = run(["check", path, "--format", "json"], capsys)
+    urls = {finding["code"]: finding["url"] for finding in json.loads(out)["findings"]}
+    assert urls["missing-shard"] == "file:///srv/npu-docs/site/codes/missing-shard/"
+    assert set(urls.values()) == {f"file:///srv/npu-docs/site/codes/{code}/" for code in urls}
+    _, text, _ = run(["check", path], capsys)
+    assert "file:///" not in text  # the linter-style lines stay as they were
 
 
 def test_json_for_several_paths_is_a_list(capsys):

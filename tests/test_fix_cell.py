@@ -3,7 +3,9 @@ does), the kernel's cells as a notebook, and the one-cell reports."""
 
 import json
 
+from npu_migrate_nb import i18n
 from npu_migrate_nb.analysis import Options, analyze
+from npu_migrate_nb.docs_url import code_url
 from npu_migrate_nb.kernel_cells import ExecutedCells
 from npu_migrate_nb.report import cell_report_html, cell_report_text
 from npu_migrate_nb.rewrite import fix_cell
@@ -80,6 +82,26 @@ def test_the_cell_report_names_lines_marks_them_and_escapes_the_code():
     assert "&lt;mse&gt;" in html and "<mse>" not in html
     assert '<tr class="error" title="gradients are not aggregated' in html
     assert 'class="npu-status missing">missing</span>' in html
+
+
+def test_the_html_report_links_each_code_to_its_page_and_the_text_report_does_not():
+    text = "import tensorflow as tf\n# %%\n%%npu_distribute\n" + KERAS_FIT
+    notebook = notebook_from(text)
+    analysis = analyze(notebook, Options(current_cell=1))
+    codes = {finding.code for finding in analysis.findings}
+    assert "missing-allreduce" in codes
+    html = cell_report_html(analysis, 1, notebook.cells[1].source, "cell [7]")
+    elsewhere = cell_report_html(analysis, 0, notebook.cells[0].source, "cell [6]")  # the same findings, listed
+    for report in (html, elsewhere):
+        for code in codes:
+            assert (f'<a class="npu-code-link" href="{code_url(code)}" target="_blank" rel="noopener" '
+                    f'title="what {code} means, in the documentation"><span class="npu-code-name">[{code}]</span></a>'
+                    in report)
+    with i18n.language("zh_CN"):
+        zh = cell_report_html(analysis, 1, notebook.cells[1].source, "cell [7]")
+        plain = cell_report_text(analysis, 1, "cell [7]")
+    assert 'title="文档中 missing-allreduce 的含义"' in zh
+    assert "http" not in plain and "[missing-allreduce]" in plain
 
 
 def test_a_syntax_error_is_reported_with_its_line():

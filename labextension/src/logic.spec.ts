@@ -4,6 +4,8 @@ import {
   debounce,
   english,
   failedCellLine,
+  findingLink,
+  findingLinkTitle,
   findingPlace,
   IAnalysis,
   ITrans,
@@ -99,6 +101,26 @@ describe('lineMarks', () => {
     expect([...marks.keys()]).toEqual([1]);
     expect(findingPlace(inModule)).toBe('model.py line 3');
     expect(findingPlace(finding(1, 2, 2, 'error', 'missing-shard'))).toBe('cell 1 line 2');
+  });
+});
+
+describe('findingLink', () => {
+  const base = finding(1, 2, 2, 'error', 'missing-shard');
+
+  it("links a finding to its code's page when the server gave one", () => {
+    const url = 'https://npu-migrate-nb.readthedocs.io/en/latest/codes/missing-shard/';
+    expect(findingLink({ ...base, url })).toBe(url);
+    expect(findingLink({ ...base, url: 'file:///home/me/site/codes/missing-shard/' })).toBe('file:///home/me/site/codes/missing-shard/');
+    expect(findingLinkTitle(base)).toBe('what missing-shard means, in the documentation');
+    expect(findingLinkTitle(base, translator({ 'what %1 means, in the documentation': '文档中 %1 的含义' }))).toBe(
+      '文档中 missing-shard 的含义'
+    );
+  });
+
+  it('gives no link without a url (an older server) or with one the panel must not open', () => {
+    expect(findingLink(base)).toBeNull();
+    expect(findingLink({ ...base, url: '' })).toBeNull();
+    expect(findingLink({ ...base, url: 'javascript:alert(1)' })).toBeNull();
   });
 });
 

@@ -36,6 +36,7 @@ export interface IFinding {
   message: string;
   fix: string | null;
   path?: string | null; // set when the finding is in a module the notebook imports
+  url?: string; // the page of its code in the documentation (`<DOCS_URL>codes/<code>/`)
 }
 
 export interface ICellError {
@@ -105,6 +106,23 @@ export function findingPlace(finding: IFinding, trans: ITrans = english): string
   return finding.path
     ? trans.__('%1 line %2', finding.path, finding.line)
     : trans.__('cell %1 line %2', finding.cell, finding.line);
+}
+
+/**
+ * The documentation page of a finding's code, when the server gave one the panel may open: an
+ * `http:`, `https:` or `file:` address (never a `javascript:` one); null otherwise.
+ */
+export function findingLink(finding: IFinding): string | null {
+  const url = finding.url;
+  if (!url) {
+    return null;
+  }
+  return /^(https?|file):\/\//i.test(url.trim()) ? url.trim() : null;
+}
+
+/** The title of a code's link: what it opens. */
+export function findingLinkTitle(finding: IFinding, trans: ITrans = english): string {
+  return trans.__('what %1 means, in the documentation', finding.code);
 }
 
 export interface IWrite {

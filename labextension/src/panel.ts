@@ -9,6 +9,8 @@ import {
   checkWords,
   debounce,
   failedCellLine,
+  findingLink,
+  findingLinkTitle,
   findingPlace,
   IAnalysis,
   IFinding,
@@ -258,7 +260,7 @@ export class NpuPanel extends Widget {
       'div',
       { class: `npu-finding npu-${finding.severity}`, 'data-code': finding.code },
       element('div', {}, element('b', {}, this.severityWord(finding.severity)),
-        ` ${said} `, element('code', {}, `[${finding.code}]`))
+        ` ${said} `, this.codeName(finding))
     );
     if (finding.fix) {
       row.append(element('pre', { class: 'npu-fix' }, finding.fix));
@@ -274,6 +276,20 @@ export class NpuPanel extends Widget {
     }
     row.append(actions);
     return row;
+  }
+
+  /** `[code]`, linked to the code's page in the documentation when the server gave one. */
+  private codeName(finding: IFinding): HTMLElement {
+    const name = element('code', {}, `[${finding.code}]`);
+    const url = findingLink(finding);
+    if (!url) {
+      return name;
+    }
+    return element(
+      'a',
+      { class: 'npu-code-link', href: url, target: '_blank', rel: 'noopener', title: findingLinkTitle(finding, this.trans) },
+      name
+    );
   }
 
   private severityWord(severity: string): string {

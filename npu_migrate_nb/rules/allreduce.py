@@ -32,6 +32,14 @@ _NON_GRADIENT_TRAIN_OPS = ("assign_add", "assign", "no_op")
 
 
 class MissingAllreduce(Rule):
+    """Each rank computes gradients from its own shard of the data. Without aggregation each rank
+    applies only its own: the weights drift apart from the first step, and no rank learns from the
+    global batch. The adapter all-reduces the gradients before the update: the optimizer wrapped with
+    ``npu_distributed_optimizer_wrapper`` (TF1) or ``npu_distributed_keras_optimizer_wrapper`` (TF2
+    Keras), or ``npu.distribute.all_reduce`` on the gradients of a custom loop, with the reduction (sum
+    or mean) that keeps the single-card math. The fix wraps the optimizer or inserts the all-reduce
+    between the gradients and ``apply_gradients``."""
+
     code = "missing-allreduce"
     step = "allreduce"
     severity = "error"

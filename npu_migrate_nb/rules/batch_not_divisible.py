@@ -12,6 +12,12 @@ from .base import Example, Rule, int_literal
 
 
 class BatchNotDivisible(Rule):
+    """The global batch is split across ranks (``global // N`` samples each). When N does not divide
+    it, ``shard_and_rebatch_dataset`` raises ValueError, or each rank gets ``global // N`` samples and
+    the remainder is lost every step: a step no longer processes the single-card batch. The rank count
+    checked is ``--ranks`` (default 8, one Ascend server). Not fixed automatically: choose a multiple
+    of the rank count."""
+
     code = "batch-not-divisible"
     step = "shard"
     severity = "warning"

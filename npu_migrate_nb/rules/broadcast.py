@@ -25,6 +25,15 @@ from .base import (
 
 
 class MissingBroadcast(Rule):
+    """Each rank initializes the model's variables on its own: with random initializers, N ranks
+    start from N different sets of weights. Even with the gradients aggregated, every rank then applies
+    the same update to different weights, so the cards train N different models and rank 0 saves only
+    one of them. The adapter's broadcast (``npu.distribute.broadcast`` under TF2, the
+    ``NPUBroadcastGlobalVariablesHook`` that ``npu_hooks_append`` adds under TF1) copies rank 0's
+    initial values to every rank once, before the first step. The fix inserts it where the variables
+    exist (after the model is built, before ``fit`` or the loop; in the Estimator's training hooks);
+    where no such place is recognized the finding sits at the training call, to be fixed by hand."""
+
     code = "missing-broadcast"
     step = "broadcast"
     severity = "error"

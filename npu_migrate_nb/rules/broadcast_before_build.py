@@ -13,6 +13,12 @@ from .broadcast import model_built_at
 
 
 class BroadcastBeforeBuild(Rule):
+    """A Keras model built lazily (a subclassed model, a ``Sequential`` without an input shape) has
+    no variables until it is built or first called. Broadcasting ``model.trainable_variables`` before
+    that broadcasts an empty list: the ranks start from different weights although the code looks
+    right. Not fixed automatically: build the model first (``model.build(input_shape)``) or move the
+    broadcast after the model is built."""
+
     code = "broadcast-before-build"
     step = "broadcast"
     severity = "error"

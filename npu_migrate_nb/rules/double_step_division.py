@@ -14,6 +14,12 @@ STEP_KEYWORDS = ("max_steps", "steps", "steps_per_epoch")
 
 
 class DoubleStepDivision(Rule):
+    """Dividing the step count by the rank count is right when each rank keeps the whole batch
+    (Horovod's recipe). Once the global batch is split across ranks (``shard_and_rebatch_dataset``, or
+    the shard fix of this run), an epoch already takes as many steps as on one card: divided again,
+    each rank runs 1/N of the steps and the cards together see 1/N of the data. The fix removes the
+    division."""
+
     code = "double-step-division"
     step = None
     severity = "warning"

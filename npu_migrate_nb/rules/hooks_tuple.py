@@ -13,6 +13,12 @@ APPENDERS = ("npu_bridge.npu_hooks_append", "npu_bridge.npu_callbacks_append")
 
 
 class HooksTuple(Rule):
+    """``npu_hooks_append(hooks_list)`` and ``npu_callbacks_append(callbacks_list)`` add the
+    adapter's broadcast hook (callback) to a list. Given a tuple or None they start from an empty list:
+    the hooks or callbacks passed are silently dropped (logging, checkpoints, profiling stop while
+    training goes on). The fix passes a list: the tuple's elements in brackets, ``list(name)`` for a
+    name bound to a tuple, ``[]`` for None."""
+
     code = "hooks-tuple"
     step = "broadcast"
     severity = "error"

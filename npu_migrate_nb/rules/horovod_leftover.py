@@ -13,6 +13,12 @@ from .tf2_broadcast_callback import broadcast_instead_of_callback
 
 
 class HorovodLeftover(Rule):
+    """Horovod does not run on Ascend (the collectives go through HCCL): ``hvd.init``,
+    ``hvd.DistributedOptimizer``, ``hvd.broadcast_variables`` and the rest must become the adapter's
+    calls. The fix replaces each call by its adapter equivalent, keeping what it computed (``op=hvd.Sum``
+    stays a sum), and removes the Horovod imports once every call is replaced; a call with no
+    equivalent is flagged to port by hand."""
+
     code = "horovod-leftover"
     step = None
     severity = "error"

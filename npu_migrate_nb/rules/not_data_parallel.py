@@ -38,6 +38,12 @@ class EnvironmentStep:
 
 
 class NotDataParallel(Rule):
+    """Data-parallel training copies the model to every card and splits the training data; the three
+    steps keep the copies equal. Work without a training dataset has nothing for the shard to split,
+    and sometimes no gradients to aggregate, so those steps are marked not-applicable rather than
+    missing, and this finding (severity info: ``check`` does not fail on it) says what the ranks could
+    split instead. Nothing is changed automatically: how to spread such work is a design choice."""
+
     code = "not-data-parallel"
     step = None
     severity = "info"

@@ -10,6 +10,12 @@ from .base import Example, Rule, insert_after, replace, single_target
 
 
 class OpenWithoutAsDefault(Rule):
+    """Under the TF2 adapter, ``npu.open()`` opens the NPU device without making it the default
+    one. The distribute APIs act on the default device, so ``broadcast``, ``all_reduce`` and
+    ``shard_and_rebatch_dataset`` silently do nothing: on N cards each rank trains alone (its own
+    weights, its own gradients, the same data), with no error. The fix adds ``.as_default()`` to the
+    call, or ``name.as_default()`` after ``name = npu.open()``."""
+
     code = "open-without-as-default"
     step = None
     severity = "error"

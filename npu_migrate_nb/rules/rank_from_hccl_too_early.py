@@ -17,6 +17,12 @@ REPLACEMENTS = {
 
 
 class RankFromHcclTooEarly(Rule):
+    """``get_rank_id()`` and ``get_rank_size()`` (``npu_bridge``, ``hccl.manage.api``) ask the
+    collective communication library, which is initialised only when the session starts: called while
+    the graph and the input pipeline are built (to shard the data, to size the batch) they raise
+    ValueError on the cards. The launcher's environment (``RANK_ID``, ``RANK_SIZE``) gives the same
+    values at any time; the fix reads it."""
+
     code = "rank-from-hccl-too-early"
     step = None
     severity = "warning"

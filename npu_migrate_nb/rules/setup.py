@@ -12,6 +12,13 @@ from .base import Example, Rule, insert_after, insert_before
 
 
 class MissingSetup(Rule):
+    """The adapter's APIs work only after its setup: the TF1 names come from
+    ``from npu_bridge.npu_init import *``; ``npu_device`` must be imported and its device opened
+    (``npu.open().as_default()``) before the distribute calls act; reading ``RANK_ID``/``RANK_SIZE``
+    needs ``import os``. Without it the code fails with NameError, or the distribute calls silently do
+    nothing. The fix adds each missing piece once, where it belongs (the other rules' fixes bring the
+    setup they need with them)."""
+
     code = "missing-setup"
     step = None
     severity = "error"

@@ -63,6 +63,13 @@ def rank_batches_class(keras: str) -> str:
 
 
 class MissingShard(Rule):
+    """Without a shard every rank reads the whole dataset, in the same order: the N cards compute the
+    same gradients N times, so training is no faster than on one card, and with the global batch not
+    split each card processes the whole global batch every step. The adapter's
+    ``shard_and_rebatch_dataset`` (TF2), or ``dataset.shard(RANK_SIZE, RANK_ID)`` (TF1), gives each rank
+    its own slice, right after the source and before shuffle and batch; the global batch is split across
+    ranks so that one step on N cards processes the single-card batch."""
+
     code = "missing-shard"
     step = "shard"
     severity = "error"

@@ -13,6 +13,13 @@ from .base import Example, Rule, replace
 
 
 class ShardAfterBatch(Rule):
+    """A shard after a batch splits whole batches among the ranks instead of samples: each rank gets
+    batches of the global size, so one step on N cards processes N global batches, N times the
+    single-card batch, and the learning rate no longer fits. Shard right after the source, then
+    shuffle and batch. Fixed automatically when ``.shard`` is chained directly on ``.batch`` (the two
+    swap); a batch in an earlier statement, or ``shard_and_rebatch_dataset`` on a batched dataset, is
+    moved by hand."""
+
     code = "shard-after-batch"
     step = "shard"
     severity = "warning"

@@ -1,4 +1,4 @@
-"""The TF2 ``NPUBroadcastGlobalVariablesCallback`` never broadcasts (its hook is defined inside __init__)."""
+"""The TF2 ``NPUBroadcastGlobalVariablesCallback`` never broadcasts (its hook is defined inside ``__init__``)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,13 @@ from .broadcast import first_batch_broadcast, model_is_built_before_fit
 
 
 class TF2BroadcastCallback(Rule):
+    """In the TF2 adapter, ``NPUBroadcastGlobalVariablesCallback`` defines its broadcast hook
+    inside ``__init__`` instead of as a method, so Keras never calls it: ``fit`` runs without a
+    broadcast and the ranks keep their own initial weights. ``npu_callbacks_append`` appends that
+    callback under TF2 too. The fix replaces it with ``npu.distribute.broadcast(model.trainable_variables)``
+    before ``fit`` when the model is built there, else with a callback that broadcasts once the model is
+    built by its first batch."""
+
     code = "tf2-broadcast-callback"
     step = "broadcast"
     severity = "error"

@@ -43,6 +43,9 @@ def test_analyze_apply_undo_and_simulate_from_the_panel(lab, browser):
     missing = {"broadcast": "missing", "allreduce": "missing", "shard": "missing"}
     wait_for_steps(page, panel, missing)
     assert panel.locator(".npu-finding").count() >= 3
+    # Each finding's code links to its page on the documentation site.
+    link = panel.locator(".npu-finding[data-code='missing-shard'] a").first
+    assert link.get_attribute("href").endswith("/codes/missing-shard/") and link.inner_text() == "[missing-shard]"
     assert page.locator(".jp-Notebook .npu-mark-error").count() >= 3  # the lines marked in the editors
     marked = page.locator(".jp-Notebook .npu-mark-error").first.get_attribute("title")
     assert "[missing-" in marked

@@ -10,6 +10,7 @@ import pytest
 from tornado.httpclient import AsyncHTTPClient
 
 from npu_migrate_nb.analysis import Options, analyze
+from npu_migrate_nb.docs_url import code_url, docs_url
 from npu_migrate_nb.notebook import load, loads_notebook
 from npu_migrate_nb.server.handlers import MAX_BODY_BYTES
 
@@ -78,7 +79,7 @@ async def test_analyze_a_non_python_notebook_answers_like_check_without_findings
     assert set(got["steps"].values()) == {"not-applicable"}
 
 
-def test_a_finding_in_json_is_every_field_but_its_edits():
+def test_a_finding_in_json_is_every_field_but_its_edits_and_the_page_of_its_code():
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
         from bench_analysis import make_notebook
@@ -93,7 +94,21 @@ def test_a_finding_in_json_is_every_field_but_its_edits():
             expected = dataclasses.asdict(finding)
             expected.pop("edits")
             assert expected.pop("path") is None  # said only for a finding in one of the notebook's modules
+            expected["url"] = code_url(finding.code)
             assert finding.to_json() == expected
+
+
+async def test_analyze_and_fix_give_each_finding_the_page_of_its_code(post, monkeypatch):
+    monkeypatch.setenv("NPU_MIGRATE_NB_DOCS_URL", "https://docs.example.org/npu/")  # read per finding, here too
+    analyzed = reply(await post("analyze", {"notebook": example("keras_single_card.ipynb")}))
+    fixed = reply(await post("fix", {"notebook": example("keras_single_card.ipynb"), "codes": ["missing-shard"]}))
+    for got in (analyzed, fixed):
+        assert got["findings"]
+        for finding in got["findings"]:
+            assert finding["url"] == f"https://docs.example.org/npu/codes/{finding['code']}/"
+    monkeypatch.delenv("NPU_MIGRATE_NB_DOCS_URL")
+    again = reply(await post("analyze", {"notebook": example("keras_single_card.ipynb")}))
+    assert {f["url"] for f in again["findings"]} == {f"{docs_url()}codes/{f['code']}/" for f in again["findings"]}
 
 
 # ---------------------------------------------------------------------------------------------- fix
