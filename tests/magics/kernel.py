@@ -150,3 +150,17 @@ class Kernel:
 
 def new_cell_id() -> str:
     return uuid.uuid4().hex[:12]
+
+
+def widget_states(kernel):
+    """comm id -> the widget's state, as a frontend would hold it (opens, then updates)."""
+    states = {}
+    for message in kernel.comm_opens:
+        content = message["content"]
+        if content.get("target_name") == "jupyter.widget":
+            states[content["comm_id"]] = dict(content["data"]["state"])
+    for message in kernel.comm_msgs:
+        content = message["content"]
+        if content["comm_id"] in states and content["data"].get("method") == "update":
+            states[content["comm_id"]].update(content["data"]["state"])
+    return states

@@ -2,7 +2,7 @@
 
 import pytest
 
-from .kernel import Kernel, new_cell_id
+from .kernel import Kernel, new_cell_id, widget_states
 
 IMPORTS = "import numpy as np\nimport tensorflow as tf\nx = np.zeros((64, 8), 'float32')\ny = np.zeros((64, 1), 'float32')"
 KERAS_CELL = (
@@ -194,20 +194,6 @@ def test_the_panel_reports_every_cell_run_so_far(kernel):
 # ----------------------------------------------------------------------------- widgets and Apply
 
 
-def _widget_states(kernel):
-    """comm id -> the widget's state, as a frontend would hold it (opens, then updates)."""
-    states = {}
-    for message in kernel.comm_opens:
-        content = message["content"]
-        if content.get("target_name") == "jupyter.widget":
-            states[content["comm_id"]] = dict(content["data"]["state"])
-    for message in kernel.comm_msgs:
-        content = message["content"]
-        if content["comm_id"] in states and content["data"].get("method") == "update":
-            states[content["comm_id"]].update(content["data"]["state"])
-    return states
-
-
 def _frontend(kernel, with_extension: bool, answer_ok: bool = True):
     """Play JupyterLab: with our extension, answer hello and replace-cell; without it, close the comm
     (what JupyterLab does for an unknown comm target)."""
@@ -254,7 +240,7 @@ def test_the_widget_report_applies_a_finding_through_the_lab_extension(widget_ke
     [bundle] = shown.displays
     assert "application/vnd.jupyter.widget-view+json" in bundle and "missing-allreduce" in bundle["text/plain"]
     assert "text/html" in bundle  # for frontends without widgets
-    states = _widget_states(kernel)
+    states = widget_states(kernel)
     buttons = [s for s in states.values() if s.get("_model_name") == "ButtonModel"]
     assert [b["description"] for b in buttons] == ["Apply"] * 4  # three findings and "all of them"
     assert not any(s.get("_model_name") == "TextareaModel" for s in states.values())
@@ -264,7 +250,7 @@ def test_the_widget_report_applies_a_finding_through_the_lab_extension(widget_ke
     assert request["source"].startswith("%%npu_distribute --check\n")
     assert "npu_distributed_keras_optimizer_wrapper(optimizer)" in request["source"]
     assert "x[rank_id::rank_size]" not in request["source"]  # one finding's fix only
-    statuses = [s["value"] for s in _widget_states(kernel).values() if s.get("_model_name") == "HTMLModel"]
+    statuses = [s["value"] for s in widget_states(kernel).values() if s.get("_model_name") == "HTMLModel"]
     assert any(value.startswith("<b>applied</b>") for value in statuses), statuses
 
 
@@ -275,7 +261,7 @@ def test_a_refused_apply_says_why_and_without_the_extension_the_code_to_paste_is
     kernel.settle(0.5)
     ok(kernel, "import tensorflow as tf\noptimizer = tf.keras.optimizers.SGD(0.1)\nimport numpy as np\nx = y = np.zeros((4, 8))")
     ok(kernel, "%%npu_distribute --check\n" + KERAS_CELL)
-    states = _widget_states(kernel)
+    states = widget_states(kernel)
     pastes = [s["value"] for s in states.values() if s.get("_model_name") == "TextareaModel"]
     assert len(pastes) == 4 and "npu_distributed_keras_optimizer_wrapper(optimizer)" in pastes[0]
     notes = [s["value"] for s in states.values() if s.get("_model_name") == "HTMLModel"]

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from .kernel import Kernel, new_cell_id
+from .kernel import Kernel, new_cell_id, widget_states
 
 LOCALE_VARIABLES = ("LANGUAGE", "LC_ALL", "LC_MESSAGES", "LANG")
 CJK = re.compile(r"[\u4e00-\u9fff]")
@@ -130,7 +130,7 @@ def test_the_widgets_speak_the_kernels_language():
         [bundle] = shown.displays
         assert "application/vnd.jupyter.widget-view+json" in bundle
         assert_chinese(bundle["text/plain"])  # the fallback for frontends without widgets
-        states = _widget_states(kernel)
+        states = list(widget_states(kernel).values())
         buttons = [s for s in states if s.get("_model_name") == "ButtonModel"]
         assert [b["description"] for b in buttons] == ["应用"] * 4, buttons
         assert all(CJK.search(b["tooltip"]) for b in buttons)
@@ -138,17 +138,3 @@ def test_the_widgets_speak_the_kernels_language():
         assert "差异" in titles, titles
     finally:
         kernel.shutdown()
-
-
-def _widget_states(kernel):
-    """Each widget's state as a frontend holds it: opened, then updated."""
-    states = {}
-    for message in kernel.comm_opens:
-        content = message["content"]
-        if content.get("target_name") == "jupyter.widget":
-            states[content["comm_id"]] = dict(content["data"]["state"])
-    for message in kernel.comm_msgs:
-        content = message["content"]
-        if content["comm_id"] in states and content["data"].get("method") == "update":
-            states[content["comm_id"]].update(content["data"]["state"])
-    return list(states.values())
