@@ -164,3 +164,10 @@ def widget_states(kernel):
         if content["comm_id"] in states and content["data"].get("method") == "update":
             states[content["comm_id"]].update(content["data"]["state"])
     return states
+
+
+def ok(kernel, code, cell_id=None):
+    """Run ``code`` as a cell (a fresh cell id unless given) and insist it succeeded."""
+    execution = kernel.execute(code, cell_id=cell_id or new_cell_id())
+    assert execution.status == "ok", execution.text()
+    return execution

@@ -2,7 +2,7 @@
 
 import pytest
 
-from .kernel import Kernel, new_cell_id, widget_states
+from .kernel import Kernel, new_cell_id, ok, widget_states
 
 IMPORTS = "import numpy as np\nimport tensorflow as tf\nx = np.zeros((64, 8), 'float32')\ny = np.zeros((64, 1), 'float32')"
 KERAS_CELL = (
@@ -24,12 +24,6 @@ def widget_kernel():
     kernel = Kernel()
     yield kernel
     kernel.shutdown()
-
-
-def ok(kernel, code, cell_id=None):
-    execution = kernel.execute(code, cell_id=cell_id or new_cell_id())
-    assert execution.status == "ok", execution.text()
-    return execution
 
 
 def report_of(execution) -> str:

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from .kernel import Kernel, new_cell_id, widget_states
+from .kernel import Kernel, new_cell_id, ok, widget_states
 
 LOCALE_VARIABLES = ("LANGUAGE", "LC_ALL", "LC_MESSAGES", "LANG")
 CJK = re.compile(r"[\u4e00-\u9fff]")
@@ -42,12 +42,6 @@ def en_kernel():
     kernel = _kernel("en_US.UTF-8")
     yield kernel
     kernel.shutdown()
-
-
-def ok(kernel, code):
-    execution = kernel.execute(code, cell_id=new_cell_id())
-    assert execution.status == "ok", execution.text()
-    return execution
 
 
 def report_of(execution) -> str:
