@@ -173,7 +173,7 @@ def offline_setup(home: str) -> Callable:
         # Code, not a function of this module: the ranks cannot import this module before it runs.
         cluster.view.execute(f"import sys\nif {str(BENCH)!r} not in sys.path: sys.path.insert(0, {str(BENCH)!r})",
                              block=True)
-        cluster.view.apply_sync(offline_data.install, home)
+        cluster.apply(offline_data.install, home)
 
     return setup
 

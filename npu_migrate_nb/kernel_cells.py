@@ -64,7 +64,7 @@ class ExecutedCells:
             return  # the magic running a cell's code, or a frontend's silent request: no cell of the notebook
         metadata = _request_metadata(self._shell)
         deleted = tuple(str(cell) for cell in metadata.get("deletedCells") or () if isinstance(cell, str))
-        count = getattr(self._shell, "execution_count", None)
+        count = running_cell_number(self._shell) if getattr(info, "store_history", True) else None
         self.record(info.raw_cell, count, getattr(info, "cell_id", None) or metadata.get("cellId"), deleted)
 
     def replace_current(self, source: str) -> None:
@@ -123,6 +123,14 @@ def _text_key(source: str) -> str:
     first, newline, rest = source.lstrip().partition("\n")
     code = rest if first.startswith("%%npu_distribute") else source
     return f"text:{code}"
+
+
+def running_cell_number(shell) -> Optional[int]:
+    """N of the ``In [N]`` the frontend shows beside the running cell. IPython 9 adds one to
+    ``execution_count`` before a cell runs (ipython#15088), earlier releases after it; the display
+    hook's ``prompt_count``, which numbers the cell's ``Out[N]``, is that N under both."""
+    count = getattr(getattr(shell, "displayhook", None), "prompt_count", None)
+    return count if isinstance(count, int) else getattr(shell, "execution_count", None)
 
 
 def _request_metadata(shell) -> dict:

@@ -42,7 +42,8 @@ def test_the_source_says_something_through_the_catalog(source_messages):
 def test_the_compiled_catalogs_say_what_the_po_says():
     catalog = CATALOG["read"]("zh_CN")
     folder = CATALOG["po_path"]("zh_CN").parent
-    compiled = gettext.GNUTranslations((folder / "npu_migrate_nb.mo").open("rb"))
+    with (folder / "npu_migrate_nb.mo").open("rb") as stream:
+        compiled = gettext.GNUTranslations(stream)
     lab = json.loads((folder / "npu_migrate_nb.json").read_text(encoding="utf-8"))
     assert lab[""]["domain"] == "npu_migrate_nb" and lab[""]["language"] == "zh-CN"  # as JupyterLab names it
     for message in catalog:

@@ -18,7 +18,7 @@ from npu_migrate_nb.rules import ALL_RULES
 from tests.conftest import joined, notebook_from
 
 ROOT = Path(__file__).resolve().parent.parent
-TABLE = json.load(open(ROOT / "npu_migrate_nb" / "sim" / "adapter" / "real_api.json", encoding="utf-8"))
+TABLE = json.loads((ROOT / "npu_migrate_nb" / "sim" / "adapter" / "real_api.json").read_text(encoding="utf-8"))
 ADAPTER_PACKAGES = ("npu_bridge", "npu_device", "hccl")
 
 

@@ -126,21 +126,24 @@ class Job:
 
     def _read_events(self) -> None:
         assert self.process is not None and self.process.stdout is not None
-        for raw in self.process.stdout:
-            line = raw.decode("utf-8", errors="replace").rstrip("\n")
-            if not line:
-                continue
-            try:
-                event = json.loads(line)
-            except ValueError:
-                event = None
-            if not isinstance(event, dict):
-                self._message(line)
-                continue
-            try:
-                self.on_event(event)
-            except Exception:  # a malformed event must not end the reading
-                self.log.exception("npu-migrate: bad event from job %s: %r", self.id, line[:200])
+        with self.process.stdout:
+            for raw in self.process.stdout:
+                self._on_line(raw.decode("utf-8", errors="replace").rstrip("\n"))
+
+    def _on_line(self, line: str) -> None:
+        if not line:
+            return
+        try:
+            event = json.loads(line)
+        except ValueError:
+            event = None
+        if not isinstance(event, dict):
+            self._message(line)
+            return
+        try:
+            self.on_event(event)
+        except Exception:  # a malformed event must not end the reading
+            self.log.exception("npu-migrate: bad event from job %s: %r", self.id, line[:200])
 
     def on_event(self, event: dict) -> None:
         kind = event.get("event")
@@ -198,10 +201,11 @@ class Job:
 
     def _read_stderr(self) -> None:
         assert self.process is not None and self.process.stderr is not None
-        for raw in self.process.stderr:
-            line = raw.decode("utf-8", errors="replace").rstrip("\n")
-            self._stderr_tail.append(line)
-            self.log.debug("npu-migrate job %s: %s", self.id[:8], line)
+        with self.process.stderr:
+            for raw in self.process.stderr:
+                line = raw.decode("utf-8", errors="replace").rstrip("\n")
+                self._stderr_tail.append(line)
+                self.log.debug("npu-migrate job %s: %s", self.id[:8], line)
 
     # ------------------------------------------------------------------------------- ending
 

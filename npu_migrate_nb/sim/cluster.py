@@ -198,6 +198,10 @@ class Cluster:
     def ranks(self) -> List[int]:
         return list(range(self.n))
 
+    def apply(self, function, *args) -> list:
+        """``function(*args)`` on every rank; its results in rank order."""
+        return apply_and_wait(self.view, function, *args)
+
     # ----------------------------------------------------------------------------- watchdog
 
     def _start_watchdog(self) -> None:
@@ -358,7 +362,7 @@ class Cluster:
         self._wait_for_engines()
         ids = sorted(self._client.ids)[: self.n]
         view = self._view_of(ids)
-        view.apply_sync(_prepare_remote_rank, self.n, self.engine_settings())
+        apply_and_wait(view, _prepare_remote_rank, self.n, self.engine_settings())
 
     def _view_of(self, ids: List[int]):
         """A direct view of ``ids``. The client's notification thread adds an engine to ``ids``
@@ -376,7 +380,7 @@ class Cluster:
         ids = sorted(self._client.ids)[: self.n]
         self._view = self._view_of(ids)
         self._view.block = False
-        identities = self._view.apply_sync(_rank_identity)
+        identities = apply_and_wait(self._view, _rank_identity)
         for engine_id, (rank, pid, launcher_pid) in zip(ids, identities):
             if self.profile is None and rank != engine_id:
                 raise ClusterError(_("engine {engine} has RANK_ID {rank}: engine ids must equal MPI ranks").format(
@@ -619,6 +623,14 @@ class _DeathWatch:
                 os.close(fd)
             except OSError:
                 pass
+
+
+def apply_and_wait(view, function, *args) -> list:
+    """``view.apply_sync(function, *args)`` that lets an interrupt through: ipyparallel's blocking
+    apply catches KeyboardInterrupt and returns the pending AsyncResult instead (``_really_apply``),
+    so a stop (SIGTERM to a job, the stop button) that came while it waited was lost and the run
+    went on to its end."""
+    return view.apply_async(function, *args).get()
 
 
 def _rank_identity():

@@ -247,17 +247,17 @@ class Runner:
         self.records = {rank: [] for rank in range(self.cluster.n)}
         self.file_clashes = []
         try:
-            self.cluster.view.apply_sync(probes.reset)
+            self.cluster.apply(probes.reset)
         except Exception:
             pass
         try:  # a notebook run starts from the rank's seeds, however many ran before in this cluster
-            self.cluster.view.apply_sync(engine.reseed_rank, self.cluster.seed)
+            self.cluster.apply(engine.reseed_rank, self.cluster.seed)
         except Exception:
             pass
 
     def _enter_directory(self, directory: str) -> None:
         # Relative paths in the notebook mean its own directory, as in Jupyter.
-        self.cluster.view.apply_sync(os.chdir, directory)
+        self.cluster.apply(os.chdir, directory)
         try:  # what was there before the ranks wrote anything: where a one-card rerun starts from
             self.cluster.folder_before = (directory, frozenset(os.listdir(directory)))
         except OSError:
@@ -313,7 +313,7 @@ class Runner:
     def _collect_records(self, probes) -> List[dict]:
         """Take the cell's records from every rank; returns the files several ranks wrote in it."""
         try:
-            per_rank = self.cluster.view.apply_sync(probes.end_cell)
+            per_rank = self.cluster.apply(probes.end_cell)
         except Exception as error:  # probes unavailable (no TensorFlow in the ranks): nothing recorded
             print(_("(no run-time checks: {error})").format(error=error), file=self.errors)
             return []
@@ -588,13 +588,13 @@ def _run_held_fixed(cluster: Cluster, notebook: Notebook, timeout: float, errors
     from . import engine
 
     captured = io.StringIO()
-    cluster.view.apply_sync(engine.hold_randomness_fixed, True, shuffle_sites)
+    cluster.apply(engine.hold_randomness_fixed, True, shuffle_sites)
     runner = Runner(cluster, timeout=timeout, echo=captured, errors=captured)
     try:
         outcome = runner.run_notebook(notebook)
     finally:
         if runner.stopped_after is None:
-            cluster.view.apply_sync(engine.hold_randomness_fixed, False)
+            cluster.apply(engine.hold_randomness_fixed, False)
     failed = [cell for cell in outcome.cells if cell.status in ("error", "timeout")]
     if not failed:
         return runner.records, None

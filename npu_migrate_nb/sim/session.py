@@ -283,7 +283,7 @@ class ClusterSession:
         """The value of ``expression`` on every rank, in rank order (for plots: each rank's losses)."""
         if not self.running:
             raise SessionError(_("no simulated cluster is running: %npu_cluster start [-n N]"))
-        return self.cluster.view.apply_sync(_evaluate_in_rank, expression)
+        return self.cluster.apply(_evaluate_in_rank, expression)
 
     def reset_checks(self) -> None:
         """Forget the observations so far (the checks judge the first training they see); the ranks
@@ -293,7 +293,7 @@ class ClusterSession:
         if self.runner is None or not self.running:
             raise SessionError(_("no simulated cluster is running: %npu_cluster start [-n N]"))
         self.runner.records = {rank: [] for rank in self.cluster.ranks}
-        self.cluster.view.apply_sync(probes.reset)
+        self.cluster.apply(probes.reset)
 
     def checks(self) -> Dict[str, checks_module.Check]:
         if self.runner is None:
@@ -315,8 +315,14 @@ class ClusterSession:
         return statuses
 
     def _busy_ranks(self) -> set:
+        """Ranks with work queued or running. Every request to the ranks comes from this session's
+        client, so none is busy while it awaits no reply: the hub's counts can lag behind replies the
+        client already has (ipyparallel 9.0 still listed a rank's first request a moment after it ended)."""
+        client = self.cluster.client
+        if not client.outstanding:
+            return set()
         try:
-            queue = self.cluster.client.queue_status()
+            queue = client.queue_status()
         except Exception:
             return set()
         return {engine for engine, state in queue.items()

@@ -18,7 +18,8 @@ from npu_migrate_nb.sim import adapter
 
 pytestmark = pytest.mark.sim
 
-TABLE = json.load(open(os.path.join(adapter.ADAPTER_DIR, "real_api.json"), encoding="utf-8"))
+with open(os.path.join(adapter.ADAPTER_DIR, "real_api.json"), encoding="utf-8") as stream:
+    TABLE = json.load(stream)
 MODULES, PUBLIC = TABLE["modules"], TABLE["public"]
 ZOO_MINIMUM_FILES = 5
 

@@ -2,6 +2,9 @@
 
 import json
 import os
+import signal
+import threading
+import time
 
 import psutil
 import pytest
@@ -124,3 +127,16 @@ def test_a_view_waits_for_the_client_to_record_an_engine_it_already_lists():
     cluster._client = LateClient()
     assert cluster._view_of([0, 1]) == ("view", (0, 1))
     assert cluster._client.calls == 3
+
+
+def test_an_interrupt_while_every_rank_works_reaches_the_caller(cluster):
+    """ipyparallel's blocking apply catches KeyboardInterrupt and returns; a stop (a job's SIGTERM,
+    the stop button) that came while the controller waited on the ranks was lost and the run went on."""
+    interrupt = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
+    interrupt.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            cluster.apply(time.sleep, 3)
+    finally:
+        interrupt.join()
+    assert cluster.apply(int, "7") == [7, 7]  # the ranks finish their sleep and answer again

@@ -23,7 +23,8 @@ def test_the_scratch_folder_links_what_was_there_and_leaves_out_what_the_run_mad
     scratch = folder_as_before(str(tmp_path), before)
     try:
         assert sorted(os.listdir(scratch)) == ["data.csv", "inputs"]
-        assert open(os.path.join(scratch, "data.csv")).read() == "1,2\n"
+        with open(os.path.join(scratch, "data.csv")) as stream:
+            assert stream.read() == "1,2\n"
         assert os.listdir(os.path.join(scratch, "inputs")) == ["cache"]
     finally:
         for name in os.listdir(scratch):
