@@ -3,36 +3,28 @@
 The site's address comes from, first found wins:
   1. the environment variable ``NPU_MIGRATE_NB_DOCS_URL`` (a team that hosts the site elsewhere, or
      ``file:///.../site/`` for a local build), read at each call so a process can change it;
-  2. the ``Documentation`` entry of the package's ``[project.urls]`` (its installed metadata);
-  3. ``DEFAULT_DOCS_URL``, the same address, when the metadata has no such entry (an older install).
+  2. the ``Documentation`` entry of pyproject's ``[project.urls]``, which the build writes into
+     ``_build_info.py`` (reading the installed metadata instead would cost every ``check`` the
+     import of ``importlib.metadata``);
+  3. ``DEFAULT_DOCS_URL``, the same address, in a checkout that was never built.
 It always ends in ``/``.
 """
 
 from __future__ import annotations
 
 import os
-from functools import lru_cache
-from typing import Optional
 
 ENVIRONMENT_VARIABLE = "NPU_MIGRATE_NB_DOCS_URL"
 DEFAULT_DOCS_URL = "https://npu-migrate-nb.readthedocs.io/en/latest/"
-DISTRIBUTION = "npu-migrate-nb"
 
 
-@lru_cache(maxsize=None)
-def _metadata_url() -> Optional[str]:
-    """The ``Documentation`` project URL of the installed package, or None."""
+def _built_url() -> str:
+    """pyproject's Documentation URL as the build wrote it, or the default."""
     try:
-        from importlib.metadata import PackageNotFoundError, metadata
-
-        entries = metadata(DISTRIBUTION).get_all("Project-URL") or []
-    except (ImportError, PackageNotFoundError):  # not installed: run from a checkout
-        return None
-    for entry in entries:
-        label, _comma, url = entry.partition(",")
-        if label.strip().lower() == "documentation" and url.strip():
-            return url.strip()
-    return None
+        from ._build_info import DOCUMENTATION_URL
+    except ImportError:  # a checkout that was never built (pip install -e writes it)
+        return DEFAULT_DOCS_URL
+    return DOCUMENTATION_URL or DEFAULT_DOCS_URL
 
 
 def _with_slash(url: str) -> str:
@@ -41,7 +33,7 @@ def _with_slash(url: str) -> str:
 
 def package_docs_url() -> str:
     """The package's own documentation address (its ``Documentation`` URL), ending in ``/``."""
-    return _with_slash(_metadata_url() or DEFAULT_DOCS_URL)
+    return _with_slash(_built_url())
 
 
 def docs_url() -> str:
@@ -58,7 +50,3 @@ def code_url(code: str) -> str:
 def codes_url() -> str:
     """The page that lists every finding code."""
     return f"{docs_url()}codes/"
-
-
-# The address when the package was imported (``docs_url()`` follows later changes of the environment).
-DOCS_URL = docs_url()

@@ -2,7 +2,7 @@
 
 IPython itself decides what is IPython syntax: we run its input transformer on the cell and mask
 exactly the lines it changed. Its module is loaded on its own, without the ``IPython`` package
-(whose import costs about 0.4 s and would dominate a ``check`` run).
+(whose import would dominate a ``check`` run's start-up).
 """
 
 from __future__ import annotations
@@ -10,7 +10,9 @@ from __future__ import annotations
 import importlib.util
 import re
 import sys
+import types
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Dict, Optional
 
 # Cell magics whose body is Python that runs in the kernel: their cells are analyzed.
@@ -203,6 +205,11 @@ def _transformer_manager():
     return _manager
 
 
+# IPython 9's transformer imports one module of IPython's own, tokenutil (standard library imports
+# only); the ``from IPython...`` line would run IPython's __init__, which imports all of IPython.
+_TOKENUTIL_IMPORT = "from IPython.utils import tokenutil\n"
+
+
 def _load_inputtransformer2():
     name = "IPython.core.inputtransformer2"
     if name in sys.modules:
@@ -210,10 +217,20 @@ def _load_inputtransformer2():
     spec = importlib.util.find_spec("IPython")
     if spec is None or not spec.submodule_search_locations:
         raise ImportError("IPython is required to read IPython syntax")
-    location = list(spec.submodule_search_locations)[0]
-    module_spec = importlib.util.spec_from_file_location(
-        "npu_migrate_nb._inputtransformer2", f"{location}/core/inputtransformer2.py"
-    )
+    location = Path(list(spec.submodule_search_locations)[0])
+    path = location / "core" / "inputtransformer2.py"
+    source = path.read_text(encoding="utf-8")
+    module = types.ModuleType("npu_migrate_nb._inputtransformer2")
+    module.__file__ = str(path)
+    if _TOKENUTIL_IMPORT in source:
+        module.tokenutil = _module_from_file("npu_migrate_nb._tokenutil", location / "utils" / "tokenutil.py")
+        source = source.replace(_TOKENUTIL_IMPORT, "\n", 1)  # the same line numbers in tracebacks
+    exec(compile(source, str(path), "exec"), module.__dict__)
+    return module
+
+
+def _module_from_file(name: str, path: Path):
+    module_spec = importlib.util.spec_from_file_location(name, str(path))
     module = importlib.util.module_from_spec(module_spec)
     module_spec.loader.exec_module(module)
     return module

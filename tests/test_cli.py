@@ -58,7 +58,7 @@ def test_json_gives_each_finding_the_page_of_its_code(capsys, monkeypatch):
     path = str(EXAMPLES / "keras_single_card.ipynb")
     _, out, _ = run(["check", path, "--format", "json"], capsys)
     report = json.loads(out)
-    docs = docs_url()  # the package's Documentation URL (DOCS_URL, unless the environment set another)
+    docs = docs_url()  # the package's Documentation URL, as the build wrote it
     assert report["findings"] and docs == _project_docs_url()
     for finding in report["findings"]:
         assert finding["url"] == f"{docs}codes/{finding['code']}/"

@@ -48,6 +48,9 @@ def test_the_cell_is_analyzed_with_the_cells_run_before_it_and_then_run(kernel):
     ok(kernel, "unrelated = 1")
     execution = ok(kernel, "%%npu_distribute\n" + KERAS_CELL)
     report = report_of(execution)
+    # The number JupyterLab shows beside the cell ([5]) is the one the report names, whichever IPython
+    # (9 counts the cell before it runs, 8 after).
+    assert execution.reply["content"]["execution_count"] == 5
     assert "cell [5]: 3 findings" in report
     # The optimizer made in cell [3] is found, and wrapped where this cell uses it (cell [3] has run).
     assert "line 3:25: error: gradients are not aggregated" in report
