@@ -189,7 +189,7 @@ def _has_keras_fit(facts: NotebookFacts) -> bool:
     if not compiled:
         return False
     factories = {site.function for site in compiles} - {None}
-    for _cell, cell_facts, site in facts.calls(*K.KERAS_FIT_METHODS):
+    for _cell, cell_facts, site in facts.keras_fits(*K.KERAS_FIT_METHODS):
         receiver = receiver_name(site)
         if receiver is None or receiver in compiled or _made_by(facts, receiver, factories):
             return True

@@ -450,6 +450,13 @@ NPU_BRIDGE_NAMES = frozenset(
 )
 
 
+# Libraries whose models have a ``fit`` of their own that trains no Keras model (a notebook that compares a
+# scikit-learn baseline with its Keras network): their fit is not a training call of the three steps.
+OTHER_FIT_LIBRARIES = frozenset({"sklearn", "xgboost", "lightgbm", "catboost", "statsmodels", "prophet", "fbprophet",
+                                 "pmdarima", "sktime", "gensim", "umap", "hdbscan", "surprise", "imblearn", "torch",
+                                 "scipy", "pandas", "mlxtend", "category_encoders", "optuna"})
+
+
 def canonical(name: str) -> str:
     for prefix, replacement in _CANONICAL_PREFIXES:
         if name.startswith(prefix):
@@ -528,6 +535,26 @@ class NotebookFacts:
         if any(target == prefix or target.startswith(prefix + ".") for target in self.aliases.values()):
             return True
         return any(module == prefix or module.startswith(prefix + ".") for module in self.star_modules)
+
+    def made_by_another_library(self, name: Optional[str]) -> bool:
+        """Is ``name`` last bound (at a cell's top level) to an object made by an imported library
+        that is not TensorFlow or Keras (``Perceptron()`` from scikit-learn, an XGBoost model)? Its
+        ``fit`` trains no Keras model: nothing of the three steps applies to it."""
+        if not name or "." in name:
+            return False
+        values = [a.value for _cell, _facts, a in self.assignments(name) if a.function is None and not a.tuple_target]
+        if not values or not isinstance(values[-1], ast.Call):
+            return False
+        written = dotted_name(values[-1].func)
+        if not written or written.partition(".")[0] not in self.aliases:
+            return False  # the notebook's own class or function, or a name it did not import
+        return self.resolve(written).partition(".")[0] in OTHER_FIT_LIBRARIES
+
+    def keras_fits(self, *methods: str) -> Iterator[Tuple[int, CellFacts, CallSite]]:
+        """``calls(*methods)`` but those on a model another library made (scikit-learn's ``fit``)."""
+        for found in self.calls(*methods):
+            if not self.made_by_another_library(receiver_name(found[2])):
+                yield found
 
     # queries
     def calls(self, *methods: str) -> Iterator[Tuple[int, CellFacts, CallSite]]:

@@ -48,10 +48,10 @@ def _subjects(context: "Context", step: str) -> Iterator[Tuple[int, CellFacts, a
             yield from _given(cell, facts, site, (0, "input_fn"))
         for cell, facts, site in facts_model.calls_to(K.TRAIN_SPEC):
             yield from _given(cell, facts, site, (0, "input_fn"))
-        for cell, facts, site in facts_model.calls("fit"):
+        for cell, facts, site in facts_model.keras_fits("fit"):
             yield from _given(cell, facts, site, (0, "x"))
     if step == "broadcast":
-        for cell, facts, site in facts_model.calls("fit", "train"):
+        for cell, facts, site in facts_model.keras_fits("fit", "train"):
             if site.receiver is not None:
                 yield cell, facts, site.receiver
 

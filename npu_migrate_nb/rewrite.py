@@ -31,17 +31,40 @@ class FixResult:
     modules: Dict[str, Tuple[str, str]] = field(default_factory=dict)
 
 
+@dataclass
+class Plan:
+    edits: List[Edit]
+    # Findings left unfixed because their code would read a name nothing binds where it goes.
+    refused: List[Tuple[Finding, str]] = field(default_factory=list)
+
+
 def plan(analysis: Analysis, codes: Optional[Set[str]] = None) -> List[Edit]:
+    return plan_fix(analysis, codes).edits
+
+
+def plan_fix(analysis: Analysis, codes: Optional[Set[str]] = None) -> Plan:
     """The edits of the selected findings, plus the setup they need (once, where it belongs: in the
-    notebook, and in each of its own modules that gets an edit)."""
+    notebook, and in each of its own modules that gets an edit), plus an import for each name the
+    edits read that is not bound where they go. A finding whose code reads a name that nothing binds
+    there, and that no import gives, is refused (its edits left out, the reason said)."""
+    from .fix_names import bind_what_the_edits_read
+
     chosen = _chosen(analysis, codes)
     edits = [edit for finding in chosen for edit in finding.edits]
     modules = analysis.context.module_at if analysis.context is not None else {}
     setup = _setup_for(analysis, [edit for edit in edits if edit.cell not in modules], codes)
-    if setup is not None:
-        edits.extend(setup[3])
-    edits.extend(_module_setups(analysis, [edit for edit in edits if edit.cell in modules]))
-    return edits
+    setup_edits = list(setup[3]) if setup is not None else []
+    setup_edits.extend(_module_setups(analysis, [edit for edit in edits if edit.cell in modules]))
+    if analysis.context is None:
+        return Plan(edits + setup_edits)
+    imports, refused = bind_what_the_edits_read(analysis, chosen, setup_edits)
+    refused_ids = {id(finding) for finding, _reason in refused}
+    kept = [edit for finding in chosen if id(finding) not in refused_ids for edit in finding.edits]
+    if refused:  # the setup is planned again for the edits that stay (it may need less)
+        setup = _setup_for(analysis, [edit for edit in kept if edit.cell not in modules], codes)
+        setup_edits = list(setup[3]) if setup is not None else []
+        setup_edits.extend(_module_setups(analysis, [edit for edit in kept if edit.cell in modules]))
+    return Plan(imports + kept + setup_edits, refused)
 
 
 def _module_setups(analysis: Analysis, module_edits: Sequence[Edit]) -> List[Edit]:
@@ -78,10 +101,12 @@ def _setup_for(analysis: Analysis, edits: Sequence[Edit], codes: Optional[Set[st
 
 
 def fix_notebook(notebook: Notebook, analysis: Analysis, codes: Optional[Set[str]] = None) -> FixResult:
+    planned = plan_fix(analysis, codes)
     edits_by_cell: Dict[int, List[Edit]] = defaultdict(list)
-    for edit in plan(analysis, codes):
+    for edit in planned.edits:
         edits_by_cell[edit.cell].append(edit)
     sources, failed = {}, []
+    refused = {id(finding) for finding, _reason in planned.refused}
     by_index = {cell.index: cell.source for cell in notebook.cells}
     if analysis.context is not None:
         by_index.update({index: module.source for index, module in analysis.context.module_at.items()})
@@ -102,9 +127,10 @@ def fix_notebook(notebook: Notebook, analysis: Analysis, codes: Optional[Set[str
     failed_cells = {cell for cell, _reason in failed}
     applied = [
         f for f in analysis.findings
-        if f.edits and (codes is None or f.code in codes)
+        if f.edits and (codes is None or f.code in codes) and id(f) not in refused
         and all((module_at[e.cell].path if e.cell in module_at else e.cell) not in failed_cells for e in f.edits)
     ]
+    failed += [(module_at[f.cell].path if f.cell in module_at else f.cell, reason) for f, reason in planned.refused]
     return FixResult(sources, applied, failed, changed_modules)
 
 

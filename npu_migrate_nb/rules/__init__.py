@@ -6,6 +6,7 @@ from .batch_not_divisible import BatchNotDivisible
 from .broadcast import MissingBroadcast
 from .broadcast_before_build import BroadcastBeforeBuild
 from .device_id_shard import DeviceIdShard
+from .double_allreduce import DoubleAllreduce
 from .double_step_division import DoubleStepDivision
 from .every_rank_writes import EveryRankWrites
 from .hooks_tuple import HooksTuple
@@ -44,6 +45,7 @@ RULE_CLASSES = (
     DoubleStepDivision,
     HorovodLeftover,
     ReductionMismatch,
+    DoubleAllreduce,
     SharedModelDir,
     EveryRankWrites,
     RankDependentSteps,

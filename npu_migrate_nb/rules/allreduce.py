@@ -15,6 +15,7 @@ from .not_data_parallel import trained_agents
 from .keras_defaults import KERAS_DEFAULT_OPTIMIZER, default_optimizer_argument
 from .reduction import SUM, reduction_for
 from .reduction_mismatch import wrapper_reduction_for
+from .sources import applied_by_the_compiled_optimizer, not_variables
 
 TF1_WRAPPER = "npu_distributed_optimizer_wrapper"
 BOOSTED_TREES_REASON = N_(
@@ -114,6 +115,62 @@ class MissingAllreduce(Rule):
     ]
 
     INVALID = [
+        # Keras imported name by name, never ``tensorflow as tf``: the optimizer the fix writes is
+        # ``tf.keras.optimizers.RMSprop()``, and ``tf`` is imported with the setup (no NameError).
+        Example(
+            "from tensorflow.keras.models import Sequential\nfrom tensorflow.keras.layers import Dense\n"
+            "model = Sequential([Dense(1, input_shape=(4,))])\nmodel.compile(optimizer='rmsprop', loss='mse')\n"
+            "model.fit(ds, epochs=1)\n",
+            "from tensorflow.keras.models import Sequential\nimport tensorflow as tf\nimport npu_device as npu\n"
+            "npu.open().as_default()\nfrom tensorflow.keras.layers import Dense\n"
+            "model = Sequential([Dense(1, input_shape=(4,))])\n"
+            "model.compile(optimizer=npu.distribute.npu_distributed_keras_optimizer_wrapper(tf.keras.optimizers.RMSprop()), "
+            "loss='mse')\nmodel.fit(ds, epochs=1)\n",
+        ),
+        # A Keras model's own train_step applies through self.optimizer, the one compile gets: wrapping
+        # it aggregates once; an all-reduce in train_step as well would aggregate twice (keras.io's VAE).
+        Example(
+            "import tensorflow as tf\nclass VAE(tf.keras.Model):\n    def train_step(self, data):\n"
+            "        with tf.GradientTape() as tape:\n            loss = self.loss_of(data)\n"
+            "        grads = tape.gradient(loss, self.trainable_weights)\n"
+            "        self.optimizer.apply_gradients(zip(grads, self.trainable_weights))\n        return {'loss': loss}\n"
+            "# %%\nvae = VAE()\nvae.compile(optimizer=tf.keras.optimizers.Adam())\nvae.fit(images, epochs=30, batch_size=128)\n",
+            "import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\nclass VAE(tf.keras.Model):\n"
+            "    def train_step(self, data):\n        with tf.GradientTape() as tape:\n            loss = self.loss_of(data)\n"
+            "        grads = tape.gradient(loss, self.trainable_weights)\n"
+            "        self.optimizer.apply_gradients(zip(grads, self.trainable_weights))\n        return {'loss': loss}\n"
+            "# %%\nvae = VAE()\nvae.compile(optimizer=npu.distribute.npu_distributed_keras_optimizer_wrapper("
+            "tf.keras.optimizers.Adam()))\nvae.fit(images, epochs=30, batch_size=128)\n",
+        ),
+        # Adversarial training: the gradient of the input images is each rank's own (not averaged);
+        # the model's gradients are all-reduced.
+        Example(
+            'import tensorflow as tf\n'
+            'model = tf.keras.applications.ResNet50(weights=None, classes=10)\n'
+            'for images, labels in dataset:\n'
+            '    with tf.GradientTape() as tape:\n'
+            '        tape.watch(images)\n'
+            '        loss = loss_fn(labels, model(images))\n'
+            '    adversarial = images + 0.01 * tf.sign(tape.gradient(loss, images))\n'
+            '    with tf.GradientTape() as tape:\n'
+            '        loss = loss_fn(labels, model(adversarial))\n'
+            '    grads = tape.gradient(loss, model.trainable_variables)\n'
+            '    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n',
+            'import tensorflow as tf\n'
+            'import npu_device as npu\n'
+            'npu.open().as_default()\n'
+            'model = tf.keras.applications.ResNet50(weights=None, classes=10)\n'
+            'for images, labels in dataset:\n'
+            '    with tf.GradientTape() as tape:\n'
+            '        tape.watch(images)\n'
+            '        loss = loss_fn(labels, model(images))\n'
+            '    adversarial = images + 0.01 * tf.sign(tape.gradient(loss, images))\n'
+            '    with tf.GradientTape() as tape:\n'
+            '        loss = loss_fn(labels, model(adversarial))\n'
+            '    grads = tape.gradient(loss, model.trainable_variables)\n'
+            '    grads = npu.distribute.all_reduce(grads, reduction="mean")\n'
+            '    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n',
+        ),
         # compile without an optimizer trains with Keras' default, RMSprop: given explicitly, wrapped.
         Example(
             "import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\n"
@@ -624,6 +681,11 @@ class MissingAllreduce(Rule):
         for cell, facts, site in context.facts.calls("gradient"):
             if site.receiver is None or len(site.node.args) + len(site.node.keywords) < 2:
                 continue
+            sources = site.argument(1, "sources")
+            if sources is not None and not_variables(context, facts, site, sources):
+                continue  # an input's gradient: each rank's own samples, not to be averaged across ranks
+            if "keras" in context.frameworks and applied_by_the_compiled_optimizer(facts, site):
+                continue  # fit's step: the compiled optimizer is wrapped (once) by _wrap_compiled_optimizers
             reduction, reason = reduction_for(context, facts, site)
             function = f"{context.npu}.distribute.all_reduce"
             target = single_target(site.stmt)

@@ -33,6 +33,9 @@ class BatchNotDivisible(Rule):
     ]
     INVALID = [
         Example("ds = ds.batch(100)\n"),
+        # Smaller than the rank count: each rank would get 0 samples (Keras then silently uses 32).
+        Example("model.fit(x, y, batch_size=1)\n"),
+        Example("ds = ds.batch(4)\n"),
         Example("BATCH_SIZE = 60\nds = ds.batch(BATCH_SIZE)\n"),
         Example("import npu_device as npu\nds, bs = npu.distribute.shard_and_rebatch_dataset(ds, 30)\n"),
         Example("model.fit(x, y, batch_size=50)\n"),
@@ -46,8 +49,19 @@ class BatchNotDivisible(Rule):
     def _findings(self, context) -> Iterator[Finding]:
         ranks = context.options.ranks
         for cell, facts, site, size in _batch_sizes(context):
-            value = int_literal(size) if not isinstance(size, ast.Name) else _constant(context, size.id)
-            if value is None or ranks <= 1 or value % ranks == 0 or value == 1:
+            value = global_batch_value(context, size)
+            if value is None or ranks <= 1 or value % ranks == 0:
+                continue
+            if value < ranks:
+                if value == 1 and site.method in K.BATCH_METHODS:
+                    continue  # a pipeline's batch of 1: missing-shard says what sharding it means
+                yield self.finding(
+                    cell, facts, size,
+                    _("a global batch of {value} cannot be split across {ranks} ranks (each would get 0 samples "
+                      "a step): each rank keeps a batch of {value}, so a step trains on RANK_SIZE x {value} "
+                      "samples; scale the learning rate or the steps where the single-card math matters (or "
+                      "check with --ranks N)").format(value=value, ranks=ranks),
+                )
                 continue
             yield self.finding(
                 cell, facts, size,
@@ -71,10 +85,15 @@ def _batch_sizes(context):
         size = site.argument(1, "global_bs")
         if size is not None:
             yield cell, facts, site, size
-    for cell, facts, site in context.facts.calls("fit"):
+    for cell, facts, site in context.facts.keras_fits("fit"):
         keyword = site.keyword("batch_size")
         if keyword is not None:
             yield cell, facts, site, keyword.value
+
+
+def global_batch_value(context, size: ast.expr) -> Optional[int]:
+    """The number a global batch expression stands for: a literal, or a name bound once to one."""
+    return int_literal(size) if not isinstance(size, ast.Name) else _constant(context, size.id)
 
 
 def _constant(context, name: str) -> Optional[int]:

@@ -6,10 +6,11 @@ import ast
 from typing import Iterable, Iterator, List, Optional, Tuple
 
 from .. import knowledge as K
-from ..facts import CallSite, CellFacts, dotted_name, receiver_name
+from ..facts import CallSite, CellFacts, chain_root_name, dotted_name, receiver_name
 from ..findings import NEEDS_NPU_BRIDGE, NEEDS_NPU_DEVICE, NEEDS_OS, Finding
 from ..i18n import _
 from .not_data_parallel import trained_agents
+from .sources import applied_by_the_compiled_optimizer, makes_a_tensor, not_variables, target_position
 from .base import (
     Example,
     Rule,
@@ -39,6 +40,9 @@ class MissingBroadcast(Rule):
     severity = "error"
 
     VALID = [
+        # A tour of the tape: the gradient of a constant it watches is no training (nothing to broadcast).
+        "import tensorflow as tf\nx = tf.constant(3.0)\nwith tf.GradientTape() as g:\n    g.watch(x)\n    y = x * x\n"
+        "dy_dx = g.gradient(y, x)\nprint(dy_dx)\n",
         # The seed's method two.
         "from npu_bridge.npu_init import *\nimport tensorflow as tf\n"
         "estimator = tf.estimator.Estimator(model_fn=model_fn)\n"
@@ -83,6 +87,47 @@ class MissingBroadcast(Rule):
     ]
 
     INVALID = [
+        # Adversarial training: the model's variables are broadcast, not the images whose gradient is
+        # taken too (the real broadcast assigns into variables: given a tensor it fails on the cards).
+        Example(
+            'import tensorflow as tf\n'
+            'model = tf.keras.applications.ResNet50(weights=None, classes=10)\n'
+            'for images, labels in dataset:\n'
+            '    with tf.GradientTape() as tape:\n'
+            '        tape.watch(images)\n'
+            '        loss = loss_fn(labels, model(images))\n'
+            '    adversarial = images + 0.01 * tf.sign(tape.gradient(loss, images))\n'
+            '    with tf.GradientTape() as tape:\n'
+            '        loss = loss_fn(labels, model(adversarial))\n'
+            '    grads = tape.gradient(loss, model.trainable_variables)\n'
+            '    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n',
+            'import tensorflow as tf\n'
+            'import npu_device as npu\n'
+            'npu.open().as_default()\n'
+            'model = tf.keras.applications.ResNet50(weights=None, classes=10)\n'
+            'npu.distribute.broadcast(model.trainable_variables)\n'
+            'for images, labels in dataset:\n'
+            '    with tf.GradientTape() as tape:\n'
+            '        tape.watch(images)\n'
+            '        loss = loss_fn(labels, model(images))\n'
+            '    adversarial = images + 0.01 * tf.sign(tape.gradient(loss, images))\n'
+            '    with tf.GradientTape() as tape:\n'
+            '        loss = loss_fn(labels, model(adversarial))\n'
+            '    grads = tape.gradient(loss, model.trainable_variables)\n'
+            '    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n',
+        ),
+        # A scikit-learn baseline beside the Keras network (handson-ml2 chapter 10): its fit trains no
+        # Keras model; only the network is broadcast (a callback given to Perceptron.fit failed).
+        Example(
+            "import numpy as np\nfrom sklearn.linear_model import Perceptron\nper_clf = Perceptron()\nper_clf.fit(X, y)\n"
+            "# %%\nfrom tensorflow import keras\nmodel = keras.models.Sequential([keras.layers.Dense(1, input_shape=(4,))])\n"
+            "model.compile(loss='mse', optimizer='sgd')\nmodel.fit(X, y, epochs=2)\n",
+            "import numpy as np\nfrom sklearn.linear_model import Perceptron\nper_clf = Perceptron()\nper_clf.fit(X, y)\n"
+            "# %%\nfrom tensorflow import keras\nimport npu_device as npu\nnpu.open().as_default()\n"
+            "model = keras.models.Sequential([keras.layers.Dense(1, input_shape=(4,))])\n"
+            "model.compile(loss='mse', optimizer='sgd')\nnpu.distribute.broadcast(model.trainable_variables)\n"
+            "model.fit(X, y, epochs=2)\n",
+        ),
         # tensorflow.org's optimizers guide: the gradient's parameter is given a tensor where the notebook
         # calls it (a plot); a tensor cannot be broadcast (the real broadcast assigns into variables), so
         # no broadcast of it is written: the finding says to add one by hand.
@@ -433,7 +478,7 @@ class MissingBroadcast(Rule):
 
     # -- Keras fit
     def _keras(self, context) -> Iterator[Finding]:
-        for cell, facts, site in context.facts.calls(*K.KERAS_FIT_METHODS):
+        for cell, facts, site in context.facts.keras_fits(*K.KERAS_FIT_METHODS):
             model = receiver_name(site)
             if model is None:
                 continue
@@ -478,7 +523,11 @@ class MissingBroadcast(Rule):
             variables = site.argument(1, "sources")
             if variables is None or site.receiver is None:
                 continue
-            variables_code = facts.segment(variables)
+            if not_variables(context, facts, site, variables):
+                continue  # the gradient of an input (an adversarial example, a tour of the tape): nothing to broadcast
+            if "keras" in context.frameworks and applied_by_the_compiled_optimizer(facts, site):
+                continue  # fit's own step: the model is broadcast where fit trains it
+            variables_code = _each_of_the_loop(facts, site, variables) or facts.segment(variables)
             if variables_code in done:
                 continue
             done.add(variables_code)
@@ -923,22 +972,10 @@ def _as_passed_at_the_top_level(context, cell, facts, site: CallSite, variables:
         if not isinstance(given, ast.Name):
             continue
         bound = [a for _unused, _unused, a in context.facts.assignments(given.id) if a.function is None]
-        if bound and not all(_makes_a_tensor(context, a.value) for a in bound):
+        if bound and not all(makes_a_tensor(context, a.value) for a in bound):
             code = ".".join([given.id, *reversed(chain)])
             return c_cell, c_facts, top_level_statement(c_facts, call.stmt), code
     return None
-
-
-def _makes_a_tensor(context, value: ast.expr) -> bool:
-    """``tf.cast(...)``, ``tf.linspace(...)``, a number: a value, not variables (TensorFlow's functions
-    that return tensors are lower-case; ``tf.Variable`` and Keras' classes are not). The real
-    broadcast assigns into variables: given a tensor, it fails on the cards."""
-    if isinstance(value, ast.Constant) or (isinstance(value, ast.UnaryOp) and isinstance(value.operand, ast.Constant)):
-        return True
-    if not isinstance(value, ast.Call):
-        return False
-    name = context.facts.resolve(dotted_name(value.func))
-    return name.startswith("tensorflow.") and name.rsplit(".", 1)[-1][:1].islower()
 
 
 def _local_to_the_function(context, facts: CellFacts, site: CallSite, variables: ast.expr) -> bool:
@@ -959,6 +996,34 @@ def _local_to_the_function(context, facts: CellFacts, site: CallSite, variables:
     if root.id in parameters:
         return True
     return any(a.function == site.function for a in facts.assignments.get(root.id, ()))
+
+
+def _each_of_the_loop(facts: CellFacts, site: CallSite, variables: ast.expr) -> Optional[str]:
+    """``lower.trainable_variables + upper.trainable_variables`` for ``layers.trainable_variables``
+    differentiated in ``for layers, optimizer in ((lower, opt1), (upper, opt2)):`` (each part of a
+    model trained by its own optimizer): the loop's name means each of them in turn, and the
+    broadcast before the training loop must name them all. None for any other variables."""
+    root = chain_root_name(variables)
+    if root is None or facts.tree is None:
+        return None
+    code = facts.segment(variables)
+    for loop in ast.walk(facts.tree):
+        if not isinstance(loop, ast.For) or not (loop.lineno <= site.node.lineno <= loop.end_lineno):
+            continue
+        position = target_position(loop.target, root)
+        if position is None or not isinstance(loop.iter, (ast.Tuple, ast.List)) or not loop.iter.elts:
+            continue
+        parts = []
+        for element in loop.iter.elts:
+            if position >= 0:
+                if not isinstance(element, (ast.Tuple, ast.List)) or len(element.elts) <= position:
+                    return None
+                element = element.elts[position]
+            if not isinstance(element, (ast.Name, ast.Attribute)):
+                return None
+            parts.append(facts.segment(element) + code[len(root):])
+        return " + ".join(parts)
+    return None
 
 
 def _model_name(variables: ast.expr) -> Optional[str]:
@@ -985,16 +1050,18 @@ def model_is_built_by(context, call: ast.Call) -> bool:
     name = context.facts.resolve(dotted_name(call.func))
     if name in K.KERAS_BUILT_MODELS or name.startswith("tensorflow.keras.applications."):
         return True
-    if isinstance(call.func, ast.Name) and _subclass_built_in_init(context, call.func.id):
+    if isinstance(call.func, ast.Name) and _subclass_built_in_init(context, call.func.id, call):
         return True
     if name in K.KERAS_SEQUENTIAL and call.args and isinstance(call.args[0], ast.List) and call.args[0].elts:
         return _gives_input_shape(context, call.args[0].elts[0])
     return False
 
 
-def _subclass_built_in_init(context, class_name: str) -> bool:
+def _subclass_built_in_init(context, class_name: str, call: Optional[ast.Call] = None) -> bool:
     """A notebook's Keras model class whose ``__init__`` makes only built models (``self.encoder =
-    tf.keras.Sequential([InputLayer(...), ...])``, as tensorflow.org's VAE): built at construction."""
+    tf.keras.Sequential([InputLayer(...), ...])``, as tensorflow.org's VAE), or keeps built models it
+    is given (``VAE(encoder, decoder)`` with functional ``encoder`` and ``decoder``, as keras.io's VAE):
+    built at construction. Metrics, losses and optimizers it makes hold no trainable variables."""
     for _unused, facts in context.facts.cells_mentioning(class_name):
         cls = facts.classes.get(class_name)
         if cls is None:
@@ -1002,19 +1069,49 @@ def _subclass_built_in_init(context, class_name: str) -> bool:
         init = next((f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)
         if init is None:
             return False
+        parameters = [a.arg for a in [*init.args.posonlyargs, *init.args.args]][1:]  # without self
         built_parts = 0
         for node in ast.walk(init):
             if not (isinstance(node, ast.Assign) and any(_is_self_attribute(t) for t in node.targets)):
                 continue
             if isinstance(node.value, ast.Call) and model_is_built_by(context, node.value):
                 built_parts += 1
+            elif isinstance(node.value, ast.Name) and node.value.id in parameters and call is not None:
+                given = _argument_for(call, parameters, node.value.id)
+                if given is not None:
+                    if not _names_a_built_model(context, given):
+                        return False
+                    built_parts += 1
             elif any(
-                isinstance(part, ast.Call) and context.facts.resolve(dotted_name(part.func)).startswith("tensorflow.keras.")
+                isinstance(part, ast.Call) and _makes_weights(context.facts.resolve(dotted_name(part.func)))
                 for part in ast.walk(node.value)
             ):
                 return False  # a layer or model that is built on its first call
         return built_parts > 0
     return False
+
+
+def _makes_weights(name: str) -> bool:
+    """A Keras layer or model (trainable weights once built); not a metric, loss or optimizer."""
+    return name.startswith("tensorflow.keras.") and not name.startswith(
+        ("tensorflow.keras.metrics.", "tensorflow.keras.losses.", "tensorflow.keras.optimizers."))
+
+
+def _argument_for(call: ast.Call, parameters: List[str], name: str) -> Optional[ast.expr]:
+    keyword = next((k.value for k in call.keywords if k.arg == name), None)
+    if keyword is not None:
+        return keyword
+    position = parameters.index(name)
+    return call.args[position] if position < len(call.args) and not isinstance(call.args[position], ast.Starred) else None
+
+
+def _names_a_built_model(context, given: ast.expr) -> bool:
+    if isinstance(given, ast.Call):
+        return model_is_built_by(context, given)
+    if not isinstance(given, ast.Name):
+        return False
+    values = [a.value for _unused, _unused, a in context.facts.assignments(given.id) if a.function is None]
+    return bool(values) and isinstance(values[-1], ast.Call) and model_is_built_by(context, values[-1])
 
 
 def _is_self_attribute(target: ast.expr) -> bool:

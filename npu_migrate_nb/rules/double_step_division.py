@@ -92,7 +92,7 @@ def batch_is_split(context) -> bool:
         size = site.argument(0, "batch_size")
         if size is not None and (rank_size_mention(size, context) or _is_rank_batch_name(size)):
             return True
-    for _unused, _unused, site in context.facts.calls("fit"):
+    for _unused, _unused, site in context.facts.keras_fits("fit"):
         keyword = site.keyword("batch_size")
         if keyword is not None and rank_size_mention(keyword.value, context):
             return True

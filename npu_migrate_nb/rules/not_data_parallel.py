@@ -254,7 +254,7 @@ class NotDataParallel(Rule):
 
     def check(self, context) -> Iterable[Finding]:
         if context.frameworks == ["decision-forests"]:
-            cell, facts, site = next(context.facts.calls("fit", "fit_generator"))
+            cell, facts, site = next(context.facts.keras_fits("fit", "fit_generator"))
             return [self.finding(cell, facts, site.node, _(DECISION_FOREST_REASON))]
         if "tf-agents" in context.frameworks:
             return self._check_agents(context)
@@ -807,7 +807,7 @@ def _is_agent_constructor(facts, site: CallSite) -> bool:
 
 def trains_only_decision_forests(facts) -> bool:
     """Every ``fit`` is called on a TensorFlow Decision Forests model (a name bound only to one)."""
-    receivers = [receiver_name(site) for _cell, _facts, site in facts.calls("fit", "fit_generator")]
+    receivers = [receiver_name(site) for _cell, _facts, site in facts.keras_fits("fit", "fit_generator")]
     return bool(receivers) and all(name is not None and _is_decision_forest(facts, name) for name in receivers)
 
 

@@ -114,7 +114,7 @@ def _given_to_fit(context, cell: int, site: CallSite):
     list, directly or by the name it is bound to; None when it reaches a later fit some other way;
     ``_NOT_GIVEN`` when no later fit takes it."""
     name = _bound_name(site)
-    for fit_cell, fit_facts, fit in context.facts.calls("fit"):
+    for fit_cell, fit_facts, fit in context.facts.keras_fits("fit"):
         keyword = fit.keyword("callbacks")
         if keyword is None or fit_cell < cell:
             continue

@@ -10,6 +10,7 @@ from ..facts import CallSite, CellFacts, chain_root_name, dotted_name, receiver_
 from ..findings import NEEDS_NPU_DEVICE, NEEDS_OS, Edit, Finding
 from ..i18n import N_, _, ngettext
 from ..ranks import rank_free_shards
+from .batch_not_divisible import global_batch_value
 from .base import (
     Example,
     Rule,
@@ -115,6 +116,39 @@ class MissingShard(Rule):
     ]
 
     INVALID = [
+        # Random minibatches fed to a TF1 loop: the arrays keep their length (the random offsets stay
+        # valid) and each rank takes every RANK_SIZE-th row of each window, its part of the global batch.
+        Example(
+            "import numpy as np\nimport tensorflow.compat.v1 as tf\n"
+            "train_op = tf.train.GradientDescentOptimizer(0.1).minimize(loss)\nrng = np.random.RandomState(0)\n"
+            "with tf.Session() as sess:\n    for step in range(100):\n        i = rng.randint(0, 60000 - 100)\n"
+            "        sess.run(train_op, feed_dict={x: X[i:i + 100], y: Y[i:i + 100]})\n",
+            "import numpy as np\nimport tensorflow.compat.v1 as tf\nimport os\n"
+            "train_op = tf.train.GradientDescentOptimizer(0.1).minimize(loss)\nrng = np.random.RandomState(0)\n"
+            "with tf.Session() as sess:\n    for step in range(100):\n        i = rng.randint(0, 60000 - 100)\n"
+            "        sess.run(train_op, feed_dict={x: X[i:i + 100][int(os.getenv('RANK_ID', '0'))::int(os.getenv("
+            "'RANK_SIZE', '1'))], y: Y[i:i + 100][int(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', '1'))]})\n",
+        ),
+        # A global batch of 1 given to fit cannot be split: the arrays are sharded, the batch is kept (never
+        # ``1 // rank_size``, 0 on two ranks, which Keras silently takes for 32).
+        Example(
+            "import tensorflow as tf\nmodel = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(4,))])\n"
+            "model.compile(optimizer='sgd', loss='mse')\nmodel.fit(x, y, batch_size=1, epochs=2)\n",
+            "import tensorflow as tf\nimport os\nmodel = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(4,))])\n"
+            "model.compile(optimizer='sgd', loss='mse')\n"
+            "rank_size, rank_id = int(os.getenv('RANK_SIZE', '1')), int(os.getenv('RANK_ID', '0'))\n"
+            "model.fit(x[rank_id::rank_size], y[rank_id::rank_size], batch_size=1, epochs=2)\n",
+        ),
+        # fit given arrays without labels (an autoencoder's inputs): the arrays are sharded too.
+        Example(
+            "import numpy as np\nimport tensorflow as tf\nimages = np.expand_dims(np.load('digits.npy'), -1).astype('float32') / 255\n"
+            "model.compile(optimizer='adam')\nmodel.fit(images, epochs=30, batch_size=128)\n",
+            "import numpy as np\nimport tensorflow as tf\nimport os\n"
+            "images = np.expand_dims(np.load('digits.npy'), -1).astype('float32') / 255\n"
+            "model.compile(optimizer='adam')\n"
+            "rank_size, rank_id = int(os.getenv('RANK_SIZE', '1')), int(os.getenv('RANK_ID', '0'))\n"
+            "model.fit(images[rank_id::rank_size], epochs=30, batch_size=128 // rank_size)\n",
+        ),
         # Three rows written in the notebook (TensorFlow's migration guides): cut to a multiple of the
         # ranks first, or rank 0 runs two steps and rank 1 one, and rank 0 waits in the all-reduce.
         Example(
@@ -556,7 +590,7 @@ class MissingShard(Rule):
         same_on_every_rank = _rank_free_shard_in(context, source)
         if same_on_every_rank is not None:
             return self._shard_by_rank(context, cell, facts, same_on_every_rank, batch)
-        if batch is not None and int_literal(_batch_argument(batch)) == 1:
+        if batch is not None and global_batch_value(context, _batch_argument(batch)) == 1:
             return self.finding(  # nothing to split: each rank reads its own samples, one a step
                 cell, facts, source.node,
                 _("every rank reads the same data: add .shard(RANK_SIZE, RANK_ID) right after the source; its global "
@@ -600,7 +634,7 @@ class MissingShard(Rule):
                  replace(cell, facts, index, K.RANK_ID_EXPR, [NEEDS_OS])]
         size = _batch_argument(batch) if batch is not None else None
         if size is not None:
-            edits.append(_divided(cell, facts, size, K.RANK_SIZE_EXPR, [NEEDS_OS]))
+            edits += _divided(context, cell, facts, size, K.RANK_SIZE_EXPR, [NEEDS_OS])
             context.shard_fix_splits_batch = True
         split = _(", and split the global batch across ranks") if size is not None else ""
         return self.finding(
@@ -640,7 +674,7 @@ class MissingShard(Rule):
             size = site.keyword("batch_size")
             if size is not None:
                 edits = [replace_with(cell, facts, site.node, RANK_BATCHES + "({flow})", [NEEDS_OS], flow=site.node),
-                         _divided(cell, facts, size.value, per_rank, [NEEDS_OS])]
+                         *_divided(context, cell, facts, size.value, per_rank, [NEEDS_OS])]
             else:
                 default_batch, _shuffles = K.IMAGE_GENERATOR_FLOWS[site.method]
                 flow = with_last_argument(facts, site, f"batch_size={default_batch} // {per_rank}")
@@ -679,19 +713,42 @@ class MissingShard(Rule):
         the batch: one card runs as before; N ranks together take a global batch of the same size."""
         arrays = {node.value.id for node in slices}
         rank_rows = f"[{K.RANK_ID_EXPR}::{K.RANK_SIZE_EXPR}]"
+        size = _batch_size_constant(context, cell, loop, slices)
+        if size is None:
+            return self._split_each_window(context, cell, facts, slices, arrays, rank_rows)
         edits = [replace(cell, facts, node, node.id + rank_rows, [NEEDS_OS])
                  for node in ast.walk(loop)
                  if isinstance(node, ast.Name) and node.id in arrays and isinstance(node.ctx, ast.Load)]
-        size = _batch_size_constant(context, cell, loop, slices)
         if size is not None:
             size_cell, size_facts, value = size
-            edits.append(_divided(size_cell, size_facts, value, K.RANK_SIZE_EXPR, [NEEDS_OS]))
+            edits += _divided(context, size_cell, size_facts, value, K.RANK_SIZE_EXPR, [NEEDS_OS])
             context.shard_fix_splits_batch = True
         split = _(", and split the batch size across ranks") if size is not None else ""
         return self.finding(
             cell, facts, slices[0],
             _("every rank feeds the same rows of {arrays}: step through this rank's rows "
               "(every RANK_SIZE-th from RANK_ID){split}").format(arrays=", ".join(sorted(arrays)), split=split), edits,
+        )
+
+    def _split_each_window(self, context, cell, facts: CellFacts, slices: List[ast.Subscript], arrays, rank_rows: str):
+        """Rows fed by offsets that do not come from a batch-size constant (``i = rng.randint(0, 60000 - 100)``,
+        ``X[i:i + 100]``): the arrays keep their length, so the offsets stay valid, and each rank takes every
+        RANK_SIZE-th row of the window, its part of the global batch (slicing the arrays instead would leave
+        half the offsets past the end of a rank's rows: empty batches)."""
+        lengths = {_window_length(node) for node in slices}
+        if any(length is not None and length < context.options.ranks for length in lengths):
+            return self.finding(
+                cell, facts, slices[0],
+                _("every rank feeds the same rows of {arrays}, and a window of {rows} rows cannot be split across "
+                  "{ranks} ranks: give each rank its own rows by hand (or check with --ranks N)").format(
+                    arrays=", ".join(sorted(arrays)), rows=min(length for length in lengths if length is not None),
+                    ranks=context.options.ranks))
+        edits = [replace_with(cell, facts, node, "{window}" + rank_rows, [NEEDS_OS], window=node) for node in slices]
+        context.shard_fix_splits_batch = True
+        return self.finding(
+            cell, facts, slices[0],
+            _("every rank feeds the same rows of {arrays}: each rank takes every RANK_SIZE-th row of each fed "
+              "window from RANK_ID, its part of the global batch").format(arrays=", ".join(sorted(arrays))), edits,
         )
 
     # -- numpy arrays given to fit
@@ -715,7 +772,7 @@ class MissingShard(Rule):
             edits = [_sliced(cell, facts, array, rank_slice, [NEEDS_OS]) for array in arrays]
             batch_size = site.keyword("batch_size")
             if batch_size is not None:
-                edits.append(_divided(cell, facts, batch_size.value, K.RANK_SIZE_EXPR, [NEEDS_OS]))
+                edits += _divided(context, cell, facts, batch_size.value, K.RANK_SIZE_EXPR, [NEEDS_OS])
             else:
                 default = K.NUMPY_INPUT_FNS[context.facts.resolve(site.dotted)]
                 edits.append(add_argument(cell, facts, site.node, f"batch_size={default} // {K.RANK_SIZE_EXPR}",
@@ -726,12 +783,14 @@ class MissingShard(Rule):
 
     def _shard_arrays(self, context) -> Iterator[Finding]:
         scopes_with_rank_line = set()
-        for cell, facts, site in context.facts.calls("fit"):
+        for cell, facts, site in context.facts.keras_fits("fit"):
             x = site.argument(0, "x")
             y = site.argument(1, "y")
-            if x is None or y is None or receiver_name(site) is None:
+            if x is None or receiver_name(site) is None:
                 continue
-            arrays = _array_leaves(x) + _array_leaves(y)
+            if y is None and not _numpy_array(context, x):
+                continue  # a dataset, a generator or a Sequence: their own shard
+            arrays = _array_leaves(x) + (_array_leaves(y) if y is not None else [])
             if any(leaf is None for leaf in arrays) or _bound_to_a_container(context, x):
                 yield self.finding(cell, facts, x, _(
                     "every rank trains on all the arrays: give each rank every N-th sample "
@@ -744,9 +803,40 @@ class MissingShard(Rule):
             )
             scope = (cell, site.function)
             context.shard_fix_splits_batch = True
-            edits = _array_edits(cell, facts, site, arrays, define_rank=scope not in scopes_with_rank_line)
+            edits = _array_edits(context, cell, facts, site, arrays, define_rank=scope not in scopes_with_rank_line)
             scopes_with_rank_line.add(scope)
             yield self.finding(cell, facts, x, message, edits)
+
+
+_ARRAY_METHODS = frozenset({"astype", "reshape", "copy", "transpose"})
+
+
+def _numpy_array(context, node: ast.expr, depth: int = 6) -> bool:
+    """Is ``node`` a NumPy array, as far as its last binding shows (``np.expand_dims(x, -1).astype(
+    "float32") / 255``, a ``load_data()`` result)? ``fit(x)`` without labels is given arrays (an
+    autoencoder's inputs) or a dataset; only arrays are sliced per rank."""
+    if depth == 0 or node is None:
+        return False
+    if isinstance(node, ast.Name):
+        found = [(a.value, a.tuple_target) for _c, _f, a in context.facts.assignments(node.id) if a.function is None]
+        if not found:
+            return False
+        value, from_tuple = found[-1]
+        if from_tuple:
+            return isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "load_data"
+        return _numpy_array(context, value, depth - 1)
+    if isinstance(node, ast.Call):
+        name = context.facts.resolve(dotted_name(node.func))
+        if name.startswith("numpy."):
+            return True
+        if isinstance(node.func, ast.Attribute) and node.func.attr in _ARRAY_METHODS:
+            return _numpy_array(context, node.func.value, depth - 1)
+        return False
+    if isinstance(node, ast.BinOp):
+        return _numpy_array(context, node.left, depth - 1) or _numpy_array(context, node.right, depth - 1)
+    if isinstance(node, ast.Subscript):
+        return _numpy_array(context, node.value, depth - 1)
+    return False
 
 
 def _image_generator_flows(context) -> Iterator:
@@ -760,7 +850,7 @@ def _image_generator_flows(context) -> Iterator:
             generators.add(target)
     flows = [found for found in context.facts.calls(*K.IMAGE_GENERATOR_FLOWS) if _on_a_generator(context, found[2], generators)]
     trained = set()
-    for fit_cell, _fit_facts, fit in context.facts.calls(*K.KERAS_FIT_METHODS):
+    for fit_cell, _fit_facts, fit in context.facts.keras_fits(*K.KERAS_FIT_METHODS):
         x = fit.argument(0, "x")
         before = [found for found in flows if (found[0], found[2].node.lineno) < (fit_cell, fit.node.lineno)]
         if isinstance(x, ast.Name):
@@ -817,6 +907,16 @@ def _offset_slices(loop: ast.stmt) -> List[ast.Subscript]:
         ):
             found.append(node)
     return found
+
+
+def _window_length(node: ast.Subscript) -> Optional[int]:
+    """100 for ``x[i:i + 100]``; None when the bounds do not say."""
+    rows = node.slice.elts[0] if isinstance(node.slice, ast.Tuple) else node.slice
+    upper, lower = rows.upper, rows.lower
+    if (isinstance(upper, ast.BinOp) and isinstance(upper.op, ast.Add) and ast.dump(upper.left) == ast.dump(lower)
+            and int_literal(upper.right) is not None):
+        return int_literal(upper.right)
+    return None
 
 
 def _is_placeholder(context, name: str) -> bool:
@@ -904,7 +1004,7 @@ def _reads_one_repeated_element(context) -> bool:
     sources = [site for _cell, facts, site in context.facts.calls_to(*K.DATASET_SOURCES) if not _for_evaluation(facts, site)]
     if not sources or any(site.method != "from_tensors" for site in sources):
         return False
-    return not any(site.argument(1, "y") is not None for _cell, _facts, site in context.facts.calls("fit"))
+    return not any(site.argument(1, "y") is not None for _cell, _facts, site in context.facts.keras_fits("fit"))
 
 
 NO_DATASET_REASON = N_(
@@ -921,7 +1021,7 @@ def _training_reads_no_dataset(context) -> bool:
     if not sources or not all(site.method == "from_tensors" or feeds_no_training(context, site) for site in sources):
         return False
     if any(site.receiver is not None or context.facts.function(site.method) is None  # not a notebook's train()
-           for _cell, _facts, site in context.facts.calls(*K.KERAS_FIT_METHODS, "train_on_batch", "train", "train_and_evaluate")):
+           for _cell, _facts, site in context.facts.keras_fits(*K.KERAS_FIT_METHODS, "train_on_batch", "train", "train_and_evaluate")):
         return False
     if any(context.facts.calls_to(*K.BATCHED_SOURCES)) or any(_image_generator_flows(context)):
         return False
@@ -1024,7 +1124,7 @@ def _env_shard(cell, facts: CellFacts, source: CallSite, batch: Optional[CallSit
         edits = [replace_with(cell, facts, source.node, shard, [NEEDS_OS], source=source.node)]
     size = _batch_argument(batch) if batch is not None else None
     if size is not None:
-        edits.append(_divided(cell, facts, size, K.RANK_SIZE_EXPR, [NEEDS_OS]))
+        edits += _divided(context, cell, facts, size, K.RANK_SIZE_EXPR, [NEEDS_OS])
     return edits
 
 
@@ -1074,9 +1174,15 @@ def _samples_named(context, source: CallSite) -> Optional[str]:
     return None
 
 
-def _divided(cell, facts: CellFacts, size: ast.expr, divisor: str, needs) -> Edit:
+def _divided(context, cell, facts: CellFacts, size: ast.expr, divisor: str, needs) -> List[Edit]:
+    """``size // divisor`` in place of the global batch ``size``; nothing when ``size`` is a number
+    smaller than the rank count checked (``--ranks``): the division would give 0 (Keras then silently
+    takes 32, tf.data a batch of nothing), so each rank keeps it, as batch-not-divisible says."""
+    value = global_batch_value(context, size)
+    if value is not None and value < context.options.ranks:
+        return []
     pattern = "{size}" if _is_simple(size) else "({size})"
-    return replace_with(cell, facts, size, f"{pattern} // {divisor}", needs, size=size)
+    return [replace_with(cell, facts, size, f"{pattern} // {divisor}", needs, size=size)]
 
 
 def _calls_with_a_batch_of_one(context, source: CallSite, size: Optional[ast.expr]) -> list:
@@ -1131,12 +1237,34 @@ def _shard_and_rebatch(context, cell, facts: CellFacts, source: CallSite, batch:
     if windows is not None:
         edits.append(insert_after(cell, facts, windows, rebatch, needs))
     elif top is source and variable is not None:
-        edits.append(insert_after(cell, facts, stmt, rebatch, needs))
+        edits.append(insert_after(cell, facts, _last_binding_before(facts, stmt, batch.stmt, size), rebatch, needs))
     else:
         first = f"{dataset} = {standalone_code(facts, source.node)}"
         edits.append(insert_before(cell, facts, stmt, f"{first}\n{rebatch}", needs))
         edits.append(replace(cell, facts, source.node, dataset, needs))
     return edits
+
+
+def _last_binding_before(facts: CellFacts, stmt: ast.stmt, until: ast.stmt, size: ast.expr) -> ast.stmt:
+    """``stmt``, or the last statement after it in its block, before ``until``, that binds a name the
+    global batch ``size`` reads (``BATCH_SIZE = 256`` between the source and its batch): the rebatch
+    must come after it, or it would read the name before it exists."""
+    read = {node.id for node in ast.walk(size) if isinstance(node, ast.Name)}
+    block = next((body for node in ast.walk(facts.tree) for body in _bodies(node) if stmt in body), None)
+    if not read or block is None:
+        return stmt
+    last = stmt
+    for later in block[block.index(stmt) + 1:]:
+        if later is until or later.lineno >= until.lineno:
+            break
+        targets = [node.id for node in ast.walk(later) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)]
+        if read & set(targets):
+            last = later
+    return last
+
+
+def _bodies(node: ast.AST) -> List[list]:
+    return [value for name in ("body", "orelse", "finalbody") if isinstance(value := getattr(node, name, None), list)]
 
 
 def _array_leaves(node: ast.expr) -> List[Optional[ast.expr]]:
@@ -1172,7 +1300,7 @@ def _is_samples(node: ast.expr) -> bool:
     return isinstance(node, (ast.List, ast.Tuple)) and bool(node.elts) and all(_is_samples(e) for e in node.elts)
 
 
-def _array_edits(cell, facts: CellFacts, site: CallSite, arrays, define_rank: bool) -> List[Edit]:
+def _array_edits(context, cell, facts: CellFacts, site: CallSite, arrays, define_rank: bool) -> List[Edit]:
     needs = [NEEDS_OS]
     rank_slice = "[rank_id::rank_size]"
     edits = [_sliced(cell, facts, array, rank_slice, needs) for array in arrays]
@@ -1182,7 +1310,7 @@ def _array_edits(cell, facts: CellFacts, site: CallSite, arrays, define_rank: bo
         ))
     batch_size = site.keyword("batch_size")
     if batch_size is not None:
-        edits.append(_divided(cell, facts, batch_size.value, "rank_size", needs))
+        edits += _divided(context, cell, facts, batch_size.value, "rank_size", needs)
     else:
         edits.append(add_argument(cell, facts, site.node, "batch_size=32 // rank_size", needs))
     return edits
