@@ -19,7 +19,7 @@ import os
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass, field, replace as with_changes
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from npu_migrate_nb.analysis import Analysis, Options, analyze  # noqa: E402
 from npu_migrate_nb.findings import STEPS  # noqa: E402
+from npu_migrate_nb.invariants import check_result, with_sources  # noqa: E402
 from npu_migrate_nb.notebook import Notebook, load  # noqa: E402
 from npu_migrate_nb.rewrite import FixResult, fix_notebook  # noqa: E402
 
@@ -74,6 +75,8 @@ class Record:
     rewrite_failures: List[str]
     fixed_sources: Dict[int, str] = field(repr=False)
     crash: Optional[str] = None  # the exception ``fix`` raised: the notebook is left as it was
+    broken_invariants: List[str] = field(default_factory=list)  # "invariant: detail" (npu_migrate_nb.invariants)
+    invariants_s: float = 0.0  # CPU time of checking them: not part of what fix costs
 
     @property
     def complete(self) -> bool:
@@ -95,6 +98,7 @@ class Record:
                       "problems": self.after.problems},
             "rewrite_failures": self.rewrite_failures,
             "introduced_by_fix": self.introduced,
+            "broken_invariants": self.broken_invariants,
             "crash": self.crash,
         }
 
@@ -116,13 +120,8 @@ def trains(path: Path) -> bool:
     return selection.trains_a_tensorflow_model(selection.code_sources(json.loads(path.read_text())))
 
 
-def corpus_paths(only: Optional[str] = None) -> List[Path]:
-    return [path for path in sorted(CORPUS.glob("*/*.ipynb")) if only is None or only in str(path)]
-
-
-def with_sources(notebook: Notebook, sources: Dict[int, str]) -> Notebook:
-    cells = [with_changes(cell, source=sources.get(cell.index, cell.source)) for cell in notebook.cells]
-    return with_changes(notebook, cells=cells)
+def corpus_paths(only: Optional[str] = None, corpus: Path = CORPUS) -> List[Path]:
+    return [path for path in sorted(corpus.glob("*/*.ipynb")) if only is None or only in str(path)]
 
 
 def fix_and_reanalyze(notebook: Notebook, options: Options) -> Tuple[Analysis, Analysis, FixResult]:
@@ -133,17 +132,22 @@ def fix_and_reanalyze(notebook: Notebook, options: Options) -> Tuple[Analysis, A
     return before, after, result
 
 
-def measure(path: Path, options: Optional[Options] = None) -> Record:
+def measure(path: Path, options: Optional[Options] = None, corpus: Path = CORPUS) -> Record:
     notebook = load(str(path))
-    name = str(path.relative_to(CORPUS))
+    name = str(path.relative_to(corpus))
+    options = options or Options()
     try:
-        before, after, result = fix_and_reanalyze(notebook, options or Options())
+        before, after, result = fix_and_reanalyze(notebook, options)
     except Exception as error:  # measured, not hidden: tests/test_corpus.py fails on it
-        before = Verdict.of(analyze(notebook, options or Options()))
+        before = Verdict.of(analyze(notebook, options))
         return Record(name, before, before, [], {}, crash=f"{type(error).__name__}: {str(error).splitlines()[0]}")
+    started = time.process_time()
+    invariants = check_result(notebook, result.sources, before, after, options.ranks)
     return Record(
         name, Verdict.of(before), Verdict.of(after),
         [f"cell {cell}: {reason}" for cell, reason in result.failed], result.sources,
+        broken_invariants=[f"{v.invariant}: {v.detail} (cell {v.cell})" for v in invariants.violations],
+        invariants_s=time.process_time() - started,
     )
 
 
@@ -174,10 +178,10 @@ def libcst_reference_seconds(paths: List[Path]) -> float:
     return time.process_time() - start
 
 
-def timed_records(paths: List[Path]) -> Tuple[List[Record], float]:
+def timed_records(paths: List[Path], corpus: Path = CORPUS) -> Tuple[List[Record], float]:
     start = time.process_time()
-    records = [measure(path) for path in paths]
-    return records, time.process_time() - start
+    records = [measure(path, corpus=corpus) for path in paths]
+    return records, time.process_time() - start - sum(record.invariants_s for record in records)
 
 
 def print_table(records: List[Record]) -> None:
@@ -187,6 +191,7 @@ def print_table(records: List[Record]) -> None:
         left = record.after.problems + [f"not fixed: {failure}" for failure in record.rewrite_failures]
         left += [f"fix raised {record.crash}"] if record.crash else []
         left += ["its training is not recognised (framework none)"] if record.after.framework == "none" else []
+        left += [f"BROKEN {broken}" for broken in record.broken_invariants]
         for step in STEPS:
             if record.after.steps[step] == "unknown":
                 left.append(f"{step} unknown: {record.after.reasons.get(step, '(no reason)')}")
@@ -195,14 +200,15 @@ def print_table(records: List[Record]) -> None:
               f"{record.after.short():<14} {'; '.join(left)}")
 
 
-def by_source(records: List[Record]) -> Dict[str, str]:
-    """"complete/total" after fix, per corpus folder (one folder per repository)."""
-    totals, complete = Counter(), Counter()
+def by_source(records: List[Record], measure=lambda record: record.complete) -> Dict[str, str]:
+    """"count/total" of the records ``measure`` holds for (default: complete after fix), per corpus
+    folder (one folder per repository: a family of notebooks)."""
+    totals, counted = Counter(), Counter()
     for record in records:
         source = record.name.split("/", 1)[0]
         totals[source] += 1
-        complete[source] += record.complete
-    return {source: f"{complete[source]}/{totals[source]}" for source in sorted(totals)}
+        counted[source] += bool(measure(record))
+    return {source: f"{counted[source]}/{totals[source]}" for source in sorted(totals)}
 
 
 def headline(records: List[Record], reference: float, corpus: float) -> dict:
@@ -215,6 +221,10 @@ def headline(records: List[Record], reference: float, corpus: float) -> dict:
         "crashes": sum(record.crash is not None for record in records),
         "flagged_by_own_analyzer_after_fix": sum(bool(record.introduced) for record in records),
         "complete_after_fix_by_source": by_source(records),
+        "broken_invariants": sum(bool(record.broken_invariants) for record in records),
+        "broken_invariants_by_source": by_source(records, lambda record: record.broken_invariants),
+        "new_undefined_name_by_source": by_source(
+            records, lambda record: any(b.startswith("undefined-name") for b in record.broken_invariants)),
         "cpu_seconds": {"libcst_reference": round(reference, 3), "analysis_and_fix": round(corpus, 3)},
         "ratio_to_libcst": round(corpus / reference, 2) if reference else None,
     }
@@ -224,10 +234,13 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--json", action="store_true", help="machine output: headline and one record per notebook")
     parser.add_argument("--only", help="the notebooks whose path contains this")
+    parser.add_argument("--corpus", type=Path, default=CORPUS,
+                        help="a folder of notebook families, one folder each (default benchmarks/corpus; "
+                             "benchmarks/field/notebooks is the field corpus)")
     args = parser.parse_args()
-    paths = corpus_paths(args.only)
+    paths = corpus_paths(args.only, args.corpus)
     reference = libcst_reference_seconds(paths)
-    records, corpus = timed_records(paths)
+    records, corpus = timed_records(paths, args.corpus)
     summary = headline(records, reference, corpus)
     if args.json:
         json.dump({"headline": summary, "notebooks": [record.to_json() for record in records]}, sys.stdout, indent=1)
@@ -239,6 +252,8 @@ def main() -> None:
           f"   after fix {summary['complete_after_fix']:.1%}   (goal >= {GOAL:.0%})")
     print("  by source, after fix: " + ", ".join(f"{k} {v}" for k, v in summary["complete_after_fix_by_source"].items()))
     print(f"  rewrite failures: {summary['rewrite_failures']}; fix raised an exception: {summary['crashes']}")
+    print(f"  fixed notebooks that break an invariant (npu_migrate_nb/invariants.py): {summary['broken_invariants']}"
+          "   (goal 0); by source: " + ", ".join(f"{k} {v}" for k, v in summary["broken_invariants_by_source"].items()))
     introduced = Counter(code for record in records for code in record.introduced)
     print(f"  notebooks whose fixed code the analyzer flags anew: {summary['flagged_by_own_analyzer_after_fix']}"
           f"  {dict(introduced)}")

@@ -64,7 +64,6 @@ CHECKS = ("broadcast", "allreduce", "shard")
 # loaders, which offline_data serves): a notebook with one of these is left out, with the match.
 _NETWORK = (
     ("downloads a file", r"\bget_file\s*\("),
-    ("reads TensorFlow Datasets", r"\btfds\s*\.\s*(load|builder)\b"),
     ("loads a TensorFlow Hub model", r"\bhub\s*\.\s*(load|KerasLayer|Module)\b|tfhub\.dev"),
     ("downloads with urllib or requests", r"\burlretrieve\s*\(|\burlopen\s*\(|\brequests\s*\.\s*get\s*\("),
     ("downloads with a shell command", r"^\s*!\s*(wget|curl|gsutil|git\s+clone|kaggle)\b"),
@@ -84,8 +83,8 @@ class Selection:
     reason: str = ""  # why it was left out
 
 
-def corpus_paths() -> List[Path]:
-    return sorted(CORPUS.glob("*/*.ipynb"))
+def corpus_paths(corpus: Path = CORPUS) -> List[Path]:
+    return sorted(corpus.glob("*/*.ipynb"))
 
 
 def code_of(notebook: Notebook) -> str:
@@ -129,10 +128,10 @@ def _importable(name: str) -> bool:
         return False
 
 
-def select(path: Path) -> Selection:
+def select(path: Path, corpus: Path = CORPUS) -> Selection:
     notebook = load(str(path))
     reason = left_out_because(notebook)
-    return Selection(str(path.relative_to(CORPUS)), reason is None, reason or "")
+    return Selection(str(path.relative_to(corpus)), reason is None, reason or "")
 
 
 # ----------------------------------------------------------------------------------- one run
@@ -322,8 +321,8 @@ class Record:
 
 
 def measure(path: Path, ranks: int, timeout: float, work_root: str, data_root: str,
-            fixed_only: bool = False) -> Record:
-    selection = select(path)
+            fixed_only: bool = False, corpus: Path = CORPUS) -> Record:
+    selection = select(path, corpus)
     record = Record(selection.path, selection)
     if not selection.runnable:
         return record
@@ -349,8 +348,7 @@ def measure(path: Path, ranks: int, timeout: float, work_root: str, data_root: s
 
 def _fix(path: str) -> Tuple[Optional[str], Dict[str, str], str]:
     """The notebook fixed beside it (as ``fix -o`` writes it), and ``check``'s steps on the result."""
-    from dataclasses import replace as with_changes
-
+    from npu_migrate_nb.invariants import with_sources
     from npu_migrate_nb.rewrite import fix_notebook
 
     notebook = load(path)
@@ -360,8 +358,7 @@ def _fix(path: str) -> Tuple[Optional[str], Dict[str, str], str]:
         return None, {}, f"fix raised {type(error).__name__}: {error}"
     fixed_path = path.replace(".ipynb", ".fixed.ipynb")
     atomic_write(fixed_path, render(notebook, result.sources))
-    cells = [with_changes(cell, source=result.sources.get(cell.index, cell.source)) for cell in notebook.cells]
-    after = analyze(with_changes(notebook, cells=cells))
+    after = analyze(with_sources(notebook, result.sources))
     return fixed_path, dict(after.steps), ""
 
 
@@ -382,7 +379,7 @@ def report(records: List[Record], elapsed: float) -> Tuple[str, dict]:
     unfixed = [r for r in runnable if r.unfixed is not None]
     caught = [r for r in unfixed if r.caught]
     disproved = [r for r in runnable if r.disproved]
-    lines = [f"run-time corpus: {len(records)} notebooks, {len(runnable)} runnable offline on 2 ranks "
+    lines = [f"run-time corpus: {len(records)} notebooks, {len(runnable)} runnable offline "
              f"({elapsed / 60:.1f} min)", ""]
     lines.append(f"{'notebook':<86} {'unfixed':<22} {'fixed':<22} class")
     for record in runnable:
@@ -396,6 +393,11 @@ def report(records: List[Record], elapsed: float) -> Tuple[str, dict]:
                  f"   (goal >= {GOAL_CAUGHT:.0%})")
     lines.append(f"check says present, run fails:  {len(disproved)}   (goal 0)"
                  + "".join(f"\n  {r.name}: {', '.join(r.disproved)}" for r in disproved))
+    lines.append("")
+    lines.append("by family (fixed pass / runnable, unfixed caught / run, runnable / notebooks):")
+    for family, (passed, run, caught, ran, total) in by_family(records).items():
+        lines.append(f"  {family:<32} fixed {passed}/{run} = {passed / run if run else 0:.0%}   "
+                     f"caught {caught}/{ran}   runnable {run}/{total}")
     lines.append("")
     lines.append("failures after fix, by class:")
     for record in runnable:
@@ -417,10 +419,28 @@ def report(records: List[Record], elapsed: float) -> Tuple[str, dict]:
             lines.append(f"  {record.name}: {record.left_out_reason}")
     summary = {
         "runnable": len(runnable), "fixed_pass": len(fixed_pass), "unfixed": len(unfixed), "caught": len(caught),
+        "by_family": {family: dict(zip(("fixed_pass", "runnable", "caught", "unfixed", "notebooks"), counts))
+                      for family, counts in by_family(records).items()},
         "disproved": [r.name for r in disproved], "elapsed_s": round(elapsed, 1),
         "records": [_record_json(r) for r in records],
     }
     return "\n".join(lines), summary
+
+
+def by_family(records: List[Record]) -> Dict[str, Tuple[int, int, int, int, int]]:
+    """family (the corpus folder) -> (fixed pass, runnable, unfixed caught, unfixed run, notebooks)."""
+    families: Dict[str, List[int]] = {}
+    for record in records:
+        counts = families.setdefault(record.name.split("/", 1)[0], [0, 0, 0, 0, 0])
+        counts[4] += 1
+        if not record.runnable:
+            continue
+        counts[1] += 1
+        counts[0] += bool(record.fixed is not None and record.fixed.passed)
+        if record.unfixed is not None:
+            counts[3] += 1
+            counts[2] += record.caught
+    return {family: tuple(counts) for family, counts in sorted(families.items())}
 
 
 def _short(run: Optional[Run]) -> str:
@@ -455,11 +475,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--json", metavar="FILE", help="also write every record as JSON")
     parser.add_argument("--fixed-only", action="store_true", help="run only the fixed notebooks")
     parser.add_argument("--list", action="store_true", help="only list the selection and why notebooks are left out")
+    parser.add_argument("--corpus", type=Path, default=CORPUS,
+                        help="a folder of notebook families, one folder each (default benchmarks/corpus; "
+                             "benchmarks/field/notebooks is the field corpus)")
     args = parser.parse_args(argv)
-    paths = [p for p in corpus_paths() if not args.only or any(part in str(p) for part in args.only)]
+    paths = [p for p in corpus_paths(args.corpus) if not args.only or any(part in str(p) for part in args.only)]
     if args.list:
         for path in paths:
-            selection = select(path)
+            selection = select(path, args.corpus)
             print(f"{'run ' if selection.runnable else 'skip'} {selection.path}  {selection.reason}")
         return 0
     started = time.monotonic()
@@ -468,7 +491,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     records = []
     try:
         for number, path in enumerate(paths, 1):
-            record = measure(path, args.ranks, args.timeout, work_root, data_root, args.fixed_only)
+            record = measure(path, args.ranks, args.timeout, work_root, data_root, args.fixed_only, args.corpus)
             records.append(record)
             if record.selection.runnable:
                 failed = record.fixed is not None and not record.fixed.passed

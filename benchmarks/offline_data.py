@@ -8,7 +8,9 @@ archive layouts, dtypes and per-sample shapes), with random contents:
 * ``mnist.npz``, Fashion-MNIST's four ``idx`` files (gzip), CIFAR-10's and CIFAR-100's pickled
   batches (the folders the loaders untar to), ``imdb.npz`` and ``reuters.npz`` with their word
   indexes, ``boston_housing.npz``;
-* the notebook-made files that a course reads from an earlier notebook (``notMNIST.pickle``).
+* the notebook-made files that a course reads from an earlier notebook (``notMNIST.pickle``);
+* TensorFlow Datasets through its own mock (``tfds.testing.mock_data``): every dataset's real features
+  (shapes, dtypes, class counts from its published metadata) with random contents, no download.
 
 Sizes: a tenth of the real sample counts, so that a corpus run stays within an hour on two cores,
 except where the loader itself hard-codes the count (CIFAR-10 fills five batches of 10,000) or the
@@ -236,10 +238,33 @@ _WRITERS = {
 
 def install(home: str) -> None:
     """In a rank (or a single-card process), before the notebook: the loaders read ``home``'s files,
-    downloads raise, ``pip install`` of installed packages is a no-op."""
+    TensorFlow Datasets serves its own mock data, downloads raise, ``pip install`` of installed
+    packages is a no-op."""
     os.environ["HOME"] = home
     _serve_loaders_from(os.path.join(home, ".keras"))
+    _mock_tensorflow_datasets()
     _answer_pip_offline()
+
+
+# Examples per split of a mocked TensorFlow Datasets dataset: a few hundred steps of a small batch.
+TFDS_EXAMPLES = 512
+_tfds_mock = None
+
+
+def _mock_tensorflow_datasets() -> None:
+    """``tfds.load``/``tfds.builder`` give random examples of each dataset's real features, from
+    TensorFlow Datasets' own ``tfds.testing.mock_data`` (its test mock: the dataset's published
+    metadata, shapes and dtypes, no download), for the rest of the process. Nothing when TensorFlow
+    Datasets is not installed (its notebooks are then left out)."""
+    global _tfds_mock
+    if _tfds_mock is not None:
+        return
+    try:
+        import tensorflow_datasets as tfds
+    except ImportError:
+        return
+    _tfds_mock = tfds.testing.mock_data(num_examples=TFDS_EXAMPLES)
+    _tfds_mock.__enter__()  # left entered: the notebook's cells run after this returns
 
 
 def _serve_loaders_from(root: str) -> None:

@@ -212,24 +212,31 @@ def double_aggregations(analysis_before, analysis_after) -> List[Violation]:
 def check_notebook_fix(notebook, ranks: int = 2) -> Report:
     """Fix ``notebook`` (a :class:`~npu_migrate_nb.notebook.Notebook`) and check every invariant of what
     the fix wrote; ``ranks``: the rank count the analysis is told (--ranks) and batches are checked at."""
-    from dataclasses import replace as with_changes
-
     from .analysis import Options, analyze
     from .rewrite import fix_notebook
 
     options = Options(ranks=ranks)
     analysis = analyze(notebook, options)
     result = fix_notebook(notebook, analysis)
-    before = code_sources(notebook)
-    after = code_sources(notebook, result.sources)
-    fixed = with_changes(notebook, cells=[with_changes(cell, source=result.sources.get(cell.index, cell.source))
-                                          for cell in notebook.cells])
-    analysis_after = analyze(fixed, options)
+    return check_result(notebook, result.sources, analysis, analyze(with_sources(notebook, result.sources), options), ranks)
+
+
+def check_result(notebook, changed: Dict[int, str], analysis_before, analysis_after, ranks: int) -> Report:
+    """Every invariant of a fix already made: ``changed`` the new sources of the cells it changed,
+    the analyses of the notebook before and after it."""
+    before, after = code_sources(notebook), code_sources(notebook, changed)
     report = Report(new_undefined_names(before, after))
     report.violations += zero_batches(before, after, ranks)
-    report.violations += broadcasts_of_tensors(analysis, analysis_after)
-    report.violations += double_aggregations(analysis, analysis_after)
+    report.violations += broadcasts_of_tensors(analysis_before, analysis_after)
+    report.violations += double_aggregations(analysis_before, analysis_after)
     return report
+
+
+def with_sources(notebook, changed: Dict[int, str]):
+    from dataclasses import replace as with_changes
+
+    return with_changes(notebook, cells=[with_changes(cell, source=changed.get(cell.index, cell.source))
+                                         for cell in notebook.cells])
 
 
 def code_sources(notebook, changed: Optional[Dict[int, str]] = None) -> List[str]:

@@ -44,6 +44,7 @@ def test_fix_neither_raises_nor_fails_and_is_stable(path):
     record = record_of(path)
     assert record.crash is None
     assert record.rewrite_failures == []
+    assert record.broken_invariants == []  # at the default rank count, 8 (2: tests/test_fix_invariants.py)
     fixed = bench.with_sources(bench.load(str(path)), record.fixed_sources)
     again = fix_notebook(fixed, analyze(fixed))
     assert again.failed == []

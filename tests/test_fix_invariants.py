@@ -25,10 +25,10 @@ def test_every_rule_example_keeps_the_invariants_when_fixed(code, which, text):
 
 
 @pytest.mark.parametrize("path", PATHS, ids=lambda path: str(path.relative_to(bench.CORPUS)))
-def test_every_corpus_notebook_keeps_the_invariants_when_fixed(path):
-    for ranks in RANKS:
-        report = check_notebook_fix(load(str(path)), ranks=ranks)
-        assert report.ok, (ranks, report.violations)
+def test_every_corpus_notebook_keeps_the_invariants_when_fixed_for_two_ranks(path):
+    """At eight ranks (the default) tests/test_corpus.py checks them with the corpus benchmark's own record."""
+    report = check_notebook_fix(load(str(path)), ranks=2)
+    assert report.ok, report.violations
 
 
 # The checks themselves catch what they are for (each would pass vacuously otherwise).

@@ -89,6 +89,10 @@ def _batch_sizes(context):
         keyword = site.keyword("batch_size")
         if keyword is not None:
             yield cell, facts, site, keyword.value
+    for cell, facts, site in context.facts.calls(*K.BATCHED_SOURCE_DEFAULTS):  # Keras utilities that batch
+        keyword = site.keyword("batch_size")
+        if keyword is not None:
+            yield cell, facts, site, keyword.value
 
 
 def global_batch_value(context, size: ast.expr) -> Optional[int]:

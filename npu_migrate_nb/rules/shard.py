@@ -649,10 +649,14 @@ class MissingShard(Rule):
         default_batch, _shuffles = K.BATCHED_SOURCE_DEFAULTS[source.method]
         size = source.keyword("batch_size")
         global_batch = facts.segment(size.value) if size is not None else str(default_batch)
-        per_rank = global_batch if size is None or _is_simple(size.value) else f"({global_batch})"
+        value = global_batch_value(context, size.value) if size is not None else default_batch
+        if value is not None and value < context.options.ranks:
+            per_rank = global_batch  # too small to split (batch-not-divisible says so): each rank keeps it
+        else:
+            per_rank = (global_batch if size is None or _is_simple(size.value) else f"({global_batch})") \
+                + f" // {K.RANK_SIZE_EXPR}"
         call = with_shared_seed(facts, source) if needs_shared_seed(source) else facts.segment(source.node)
-        code = (f"{call}.unbatch().shard({K.RANK_SIZE_EXPR}, {K.RANK_ID_EXPR})"
-                f".batch({per_rank} // {K.RANK_SIZE_EXPR})")
+        code = f"{call}.unbatch().shard({K.RANK_SIZE_EXPR}, {K.RANK_ID_EXPR}).batch({per_rank})"
         context.shard_fix_splits_batch = True
         return self.finding(
             cell, facts, source.node,
