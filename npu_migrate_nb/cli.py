@@ -96,6 +96,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--timeout", type=float, default=300.0, metavar="S", help=_("per-cell timeout in seconds"))
     run.add_argument("--format", choices=("text", "json"), default="text")
     run.add_argument("--tf1", action="store_true", help=_("run in TensorFlow 1 compatibility mode"))
+    proof = run.add_mutually_exclusive_group()
+    proof.add_argument("--steps", type=non_negative_int, default=None, metavar="N",
+                       help=_("proof mode (the default): every training call stops once the checks are decided, "
+                              "after at most N more steps (default 1)"))
+    proof.add_argument("--full", action="store_true", help=_("train as written: every epoch and step of every "
+                                                            "training call (no proof mode)"))
     run.add_argument(
         "--compare-single-card", action="store_true",
         help=_("also run on one card and check that N ranks reach its weights (doubles the run time)"),
@@ -132,6 +138,13 @@ def positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(_("must be at least 1, not {value}").format(value=value))
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(_("must be at least 0, not {value}").format(value=value))
     return value
 
 

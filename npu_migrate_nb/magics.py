@@ -23,6 +23,7 @@ from .analysis import BROADCAST_STYLES, REDUCTIONS, Analysis, Options, analyze
 from .i18n import N_, _
 from .kernel_cells import ExecutedCells, ran_in_kernel
 from .report import cell_diffs, cell_report_html, cell_report_text
+from .sim import DEFAULT_PROOF_STEPS
 
 MAGIC_LINE = "%%npu_distribute"
 # Our own line magics: never sent to the ranks when cells are replayed there.
@@ -67,6 +68,10 @@ class NpuMagics(Magics):
     @argument("-n", "--np", dest="np", type=int, default=None, metavar="N",
               help=N_("ranks of the simulated cluster started by --run (default 2)"))
     @argument("--timeout", type=float, default=None, metavar="S", help=N_("--run: seconds before the cell is stopped"))
+    @argument("--steps", type=int, default=None, metavar="N",
+              help=N_("--run: proof mode (the default): every training call stops once the checks are decided, "
+                      "after at most N more steps (default 1)"))
+    @argument("--full", action="store_true", help=N_("--run: train as written (no proof mode)"))
     @argument("--no-one-card", action="store_true",
               help=N_("--run: if the cell fails on the ranks, no rerun on one card (to tell if it fails there too)"))
     @argument("--reduction", choices=REDUCTIONS, default=None,
@@ -109,7 +114,11 @@ class NpuMagics(Magics):
         if current is not None and current.source.lstrip().startswith(MAGIC_LINE):
             body = f"# {MAGIC_LINE} {line}".rstrip() + "\n" + body  # IPython drops leading blank lines
         if args.run:
-            return self._run_on_ranks(body, args.np, args.timeout, analysis, args.plain, not args.no_one_card)
+            if args.steps is not None and (args.steps < 0 or args.full):
+                raise UsageError(_("--steps must be at least 0, and is not for --full"))
+            proof_steps = None if args.full else (DEFAULT_PROOF_STEPS if args.steps is None else args.steps)
+            return self._run_on_ranks(body, args.np, args.timeout, analysis, args.plain, not args.no_one_card,
+                                      proof_steps)
         return self._run_here(body)
 
     def _show_report(self, notebook, analysis: Analysis, index: int, labels, plain: bool) -> None:
@@ -191,7 +200,7 @@ class NpuMagics(Magics):
         return self._session
 
     def _run_on_ranks(self, body: str, n: Optional[int], timeout: Optional[float], analysis: Analysis,
-                      plain: bool = False, one_card: bool = True):
+                      plain: bool = False, one_card: bool = True, proof_steps: Optional[int] = DEFAULT_PROOF_STEPS):
         from .sim.cluster import ClusterError
         from .sim.session import SessionError
 
@@ -203,10 +212,11 @@ class NpuMagics(Magics):
         index = current.execution_count if current is not None and current.execution_count else len(self.session.cells_run)
         view = None if plain else self._run_view()
         try:
-            outcome = self.session.run_cell(index, body, timeout=timeout, one_card=one_card)
+            outcome = self.session.run_cell(index, body, timeout=timeout, one_card=one_card, proof_steps=proof_steps)
         finally:
             if view is not None:
                 view.finish(self.session)
+        self._print_shortened(index)
         if view is None:  # the widget shows them, and the one-card verdict when it comes
             self._print_checks()
             self._say_one_card_started()
@@ -224,6 +234,13 @@ class NpuMagics(Magics):
         view = widgets.RunView(self.session)
         display(view)
         return view
+
+    def _print_shortened(self, index: int) -> None:
+        from .sim.runner import shortened_text
+
+        lines = [shortened_text(record) for record in self.session.shortened_in(index)]
+        if lines:
+            print(_("proof mode (--full trains as written):") + "\n  " + "\n  ".join(lines))
 
     def _print_checks(self) -> None:
         from .sim.session import checks_text

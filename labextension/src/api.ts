@@ -35,6 +35,8 @@ export interface IJob {
     check_details: { [name: string]: ICheck };
     cells?: ICellResult[];
     one_card?: IOneCard | null;
+    // proof mode: the training calls it shortened (null when trained as written)
+    proof?: { steps: number; shortened: Array<{ cell: number; text: string; ran_as_written: string }> } | null;
   } | null;
 }
 

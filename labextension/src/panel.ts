@@ -405,8 +405,21 @@ export class NpuPanel extends Widget {
         );
       }
       parts.push(table);
+      parts.push(...this.shortened(job.result.proof));
     }
     this.simulation.replaceChildren(...parts);
+  }
+
+  /** What proof mode shortened, call by call (the server's words, in the lab's language). */
+  private shortened(proof: NonNullable<api.IJob['result']>['proof']): HTMLElement[] {
+    if (!proof || proof.shortened.length === 0) {
+      return [];
+    }
+    const list = element('div', { class: 'npu-proof' }, element('div', {}, this.trans.__('proof mode (--full trains as written):')));
+    for (const record of proof.shortened) {
+      list.append(element('div', { class: 'npu-proof-call', 'data-cell': String(record.cell) }, record.text));
+    }
+    return [list];
   }
 
   /** The cell that failed on the ranks and, under it, whether it fails on one card too. */

@@ -32,6 +32,7 @@ from .. import i18n
 from ..analysis import BROADCAST_STYLES, REDUCTIONS, Options, analyze
 from ..i18n import N_, _
 from ..notebook import InputError, Notebook, loads_notebook
+from ..sim import DEFAULT_PROOF_STEPS
 from .jobs import JobConflict, JobManager
 
 MAX_BODY_BYTES = 10 * 1024 * 1024
@@ -39,6 +40,7 @@ MAX_RANKS = 16
 DEFAULT_RANKS = 2
 DEFAULT_TIMEOUT = 300.0
 MAX_TIMEOUT = 24 * 3600.0
+MAX_PROOF_STEPS = 1000  # proof mode's extra steps: "steps" in a simulate request ("full": train as written)
 DEFAULT_PATH = "<notebook>"
 JOBS_SETTING = "npu_migrate_jobs"
 EXECUTOR_SETTING = "npu_migrate_executor"
@@ -287,13 +289,15 @@ class SimulateHandler(_Base):
                 path=key or _("the notebook"), language=notebook.language))
         ranks = _integer(body.get("ranks", DEFAULT_RANKS), "ranks", 1, MAX_RANKS)
         timeout = _seconds(body.get("timeout", DEFAULT_TIMEOUT), "timeout")
+        proof_steps = None if _boolean(body.get("full", False), "full") else \
+            _integer(body.get("steps", DEFAULT_PROOF_STEPS), "steps", 0, MAX_PROOF_STEPS)
         missing = _missing_simulator()
         if missing:
             raise web.HTTPError(503, _("the simulator is not installed (no {module}): "
                                        "pip install 'npu-migrate-nb[sim]'").format(module=missing))
         try:
             job = self.jobs.start(text, ranks, timeout, key=key, cwd=self._directory_of(key),
-                                  cells_total=len(notebook.code_cells), language=i18n.current())
+                                  cells_total=len(notebook.code_cells), language=i18n.current(), proof_steps=proof_steps)
         except JobConflict as conflict:
             self.set_status(conflict.status)
             reply = {"message": conflict.message, "reason": None}
@@ -356,6 +360,12 @@ def _integer(value: Any, name: str, low: int, high: Optional[int]) -> int:
             raise _bad_request(_("{name} must be from {low} to {high}, not {value}").format(
                 name=name, low=low, high=high, value=value))
         raise _bad_request(_("{name} must be at least {low}, not {value}").format(name=name, low=low, value=value))
+    return value
+
+
+def _boolean(value: Any, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise _bad_request(_("{name} must be true or false, not {value}").format(name=name, value=json.dumps(value)[:40]))
     return value
 
 

@@ -29,6 +29,7 @@ import weakref
 from typing import Dict, List, Optional
 
 from .. import i18n
+from ..sim import DEFAULT_PROOF_STEPS
 from ..i18n import N_, _
 
 STOP_GRACE_SECONDS = 15.0  # the job stops its cluster in about 2 s; then it is killed
@@ -57,8 +58,10 @@ class JobConflict(Exception):
 
 class Job:
     def __init__(self, job_id: str, key: Optional[str], ranks: int, timeout: float, log: logging.Logger,
-                 cells_total: Optional[int] = None, language: Optional[str] = None):
+                 cells_total: Optional[int] = None, language: Optional[str] = None,
+                 proof_steps: Optional[int] = DEFAULT_PROOF_STEPS):
         self.id = job_id
+        self.proof_steps = proof_steps  # proof mode's extra steps; None: trained as written
         self.language = i18n.choose(language) if language is not None else i18n.current()
         self.key = key
         self.ranks = ranks
@@ -99,6 +102,7 @@ class Job:
                    "--remove-at-exit", self.directory]
         if cwd:
             command += ["--cwd", cwd]
+        command += ["--full"] if self.proof_steps is None else ["--steps", str(self.proof_steps)]
         try:
             self.process = subprocess.Popen(
                 command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -358,8 +362,10 @@ class JobManager:
                     job.request_stop()
 
     def start(self, notebook_text: str, ranks: int, timeout: float, key: Optional[str] = None,
-              cwd: Optional[str] = None, cells_total: Optional[int] = None, language: Optional[str] = None) -> Job:
-        """Start a job; ``language``: the one it speaks (None: the current one)."""
+              cwd: Optional[str] = None, cells_total: Optional[int] = None, language: Optional[str] = None,
+              proof_steps: Optional[int] = DEFAULT_PROOF_STEPS) -> Job:
+        """Start a job; ``language``: the one it speaks (None: the current one); ``proof_steps``: proof
+        mode's extra steps (None: train as written)."""
         with self._lock, i18n.language(language):
             if self.closed:
                 raise JobConflict(_("the server is stopping"), status=503)
@@ -373,7 +379,8 @@ class JobManager:
             if len(running) >= MAX_RUNNING_JOBS:
                 raise JobConflict(_("{count} simulations are running, the most this server runs at "
                                     "once: stop one first").format(count=len(running)), status=429)
-            job = Job(uuid.uuid4().hex, key, ranks, timeout, self.log, cells_total, language=i18n.current())
+            job = Job(uuid.uuid4().hex, key, ranks, timeout, self.log, cells_total, language=i18n.current(),
+                      proof_steps=proof_steps)
             job.start(notebook_text, cwd)
             self.jobs[job.id] = job
             self._forget_old()

@@ -537,10 +537,10 @@ class Cluster:
         shared_memory = set(self._shared_memory) | set(_shared_memory_files(p for p in processes if p.pid in rank_pids))
         for process in processes:
             _signal(process, signal.SIGKILL if process.pid in rank_pids else signal.SIGTERM)
-        _unused, alive = psutil.wait_procs(processes, timeout=2.0)
+        alive = _still_running(processes, timeout=2.0)
         for process in alive:
             _signal(process, signal.SIGKILL)
-        psutil.wait_procs(alive, timeout=5.0)
+        _still_running(alive, timeout=5.0)
         self._reap_launchers()
         # MPICH unlinks its shared-memory segment only when the ranks finalize; killed ranks cannot.
         for path in shared_memory:
@@ -702,6 +702,25 @@ def _shared_memory_files(processes) -> List[str]:
         except psutil.Error:
             continue
     return sorted(paths)
+
+
+def _still_running(processes: List[psutil.Process], timeout: float) -> List[psutil.Process]:
+    """Those of ``processes`` still running (a zombie has ended) after up to ``timeout`` s. Polled:
+    psutil's wait_procs waits on a process that is not our child with sleeps that grow, and on one
+    a launcher's thread reaps at the same time, for the whole timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        alive = [process for process in processes if _running(process)]
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.02)
+
+
+def _running(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def _signal(process: psutil.Process, signum: int) -> None:

@@ -229,6 +229,11 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                         help=_("stop when this process is no longer the parent (default: the parent at start)"))
     parser.add_argument("--remove-at-exit", metavar="DIR",
                         help=_("a directory to remove on the way out (the one the server wrote the notebook to)"))
+    parser.add_argument("--steps", type=int, default=None, metavar="N",
+                        help=_("proof mode (the default): every training call stops once the checks are decided, "
+                               "after at most N more steps (default 1)"))
+    parser.add_argument("--full", action="store_true", help=_("train as written: every epoch and step of every "
+                                                             "training call (no proof mode)"))
     parser.add_argument("--no-one-card", action="store_true",
                         help=_("when a cell fails on the ranks, do not rerun the cells up to it on one card"))
     parser.add_argument("--lang", metavar="LANGUAGE", choices=i18n.LANGUAGES,
@@ -264,7 +269,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 def run(args: argparse.Namespace, events: EventWriter, interrupts: Interrupts) -> int:
     from ..notebook import InputError, load
     from .cluster import Cluster, ClusterError
-    from .runner import detect_tf1
+    from .runner import detect_tf1, proof_steps_of
 
     try:
         notebook = load(args.path)
@@ -295,7 +300,8 @@ def run(args: argparse.Namespace, events: EventWriter, interrupts: Interrupts) -
             return EXIT_INPUT
         events.emit({"event": "started", "ranks": args.ranks, "cells_total": len(code_cells),
                      "cells": code_cells, "tf1": tf1})
-        runner = EventRunner(events, cluster, timeout=args.timeout, echo=echo, errors=errors)
+        runner = EventRunner(events, cluster, timeout=args.timeout, echo=echo, errors=errors,
+                             proof_steps=proof_steps_of(args))
         result = runner.run_notebook(notebook)
         echo.finish()
         errors.finish()
@@ -329,7 +335,7 @@ def rerun_failed_cell_on_one_card(events: EventWriter, notebook, result, cluster
         "cell": failed.cell, "status": "running",
         "detail": _("rerunning the cells up to cell {cell} on one card (at most {seconds} s)").format(
             cell=failed.cell, seconds=f"{bound:.0f}")}})
-    one_card = rerun_on_one_card(notebook, failed.cell, cluster, bound)
+    one_card = rerun_on_one_card(notebook, failed.cell, cluster, bound, proof_steps=result.proof_steps)
     events.emit({"event": "one_card", "one_card": one_card.to_json()})
     return one_card
 
@@ -344,8 +350,10 @@ def cell_event(outcome) -> dict:
 class EventRunner(Runner):
     """A Runner that tells when each code cell starts and ends, and passes training progress on."""
 
-    def __init__(self, events: EventWriter, cluster, timeout: float, echo: RankSplitter, errors: RankSplitter):
-        super().__init__(cluster, timeout=timeout, echo=echo, errors=errors, progress=self._progress)
+    def __init__(self, events: EventWriter, cluster, timeout: float, echo: RankSplitter, errors: RankSplitter,
+                 proof_steps: Optional[int] = None):
+        super().__init__(cluster, timeout=timeout, echo=echo, errors=errors, progress=self._progress,
+                         proof_steps=proof_steps)
         self.events = events
         self.reported = set()
 

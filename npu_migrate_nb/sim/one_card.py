@@ -49,10 +49,13 @@ def bound_for(seconds_on_ranks: float) -> float:
 
 
 def rerun_on_one_card(notebook: Notebook, cell: int, like: Cluster, bound: float,
-                      stop: Optional[threading.Event] = None, single: Optional[Cluster] = None) -> OneCard:
+                      stop: Optional[threading.Event] = None, single: Optional[Cluster] = None,
+                      proof_steps: Optional[int] = None) -> OneCard:
     """Run ``notebook``'s cells up to ``cell`` on one rank with ``like``'s settings (mode, seeds,
     setup), stopping at the first that fails, within ``bound`` seconds in all. ``single``: the
-    one-rank cluster to use (made from ``like`` when not given); it is stopped on the way out."""
+    one-rank cluster to use (made from ``like`` when not given); it is stopped on the way out.
+    ``proof_steps``: the ranks' proof mode (None: trained as written), so that a cell failing because
+    training was cut short fails on one card too, and is told apart as such."""
     from .runner import Runner
 
     deadline = time.monotonic() + bound
@@ -66,7 +69,7 @@ def rerun_on_one_card(notebook: Notebook, cell: int, like: Cluster, bound: float
             return OneCard(cell, UNKNOWN, _("not known: the one-card rerun could not start ({error})").format(
                 error=error))
         captured = io.StringIO()
-        runner = Runner(single, echo=captured, errors=captured)
+        runner = Runner(single, echo=captured, errors=captured, proof_steps=proof_steps)
         runner.prepare_for(notebook)
         for each in notebook.cells:
             remaining = deadline - time.monotonic()
@@ -77,7 +80,11 @@ def rerun_on_one_card(notebook: Notebook, cell: int, like: Cluster, bound: float
             if outcome.status == "timeout":
                 return _out_of_time(cell, bound)
             if outcome.status == "error":
-                return OneCard(cell, FAILS, _fails_text(cell, each.index, outcome))
+                text = _fails_text(cell, each.index, outcome)
+                if proof_steps is not None and runner.shortened():
+                    text += _(" (in proof mode: training was cut short, which a cell checking accuracy may not "
+                              "accept: --full trains as written)")
+                return OneCard(cell, FAILS, text)
             if each.index == cell:  # in the order run: a kernel's replayed cells keep their execution counts
                 break
         return OneCard(cell, RUNS, _("runs on one card: the distributed run breaks it (cells up to {cell} ran "
@@ -122,8 +129,9 @@ def _out_of_time(cell: int, bound: float) -> OneCard:
 class OneCardRerun:
     """:func:`rerun_on_one_card` in a thread of its own; ``result(wait)`` is its answer once done."""
 
-    def __init__(self, notebook: Notebook, cell: int, like: Cluster, bound: float):
+    def __init__(self, notebook: Notebook, cell: int, like: Cluster, bound: float, proof_steps: Optional[int] = None):
         self.cell = cell
+        self._proof_steps = proof_steps
         self._stop = threading.Event()
         self._single = like.with_ranks(1)
         self._answer: Optional[OneCard] = None
@@ -135,7 +143,8 @@ class OneCardRerun:
     def _run(self, notebook, cell, like, bound) -> None:
         with i18n.language(self._language):
             try:
-                self._answer = rerun_on_one_card(notebook, cell, like, bound, self._stop, self._single)
+                self._answer = rerun_on_one_card(notebook, cell, like, bound, self._stop, self._single,
+                                                 proof_steps=self._proof_steps)
             except Exception as error:  # the answer is a courtesy: never an exception in the door
                 self._answer = OneCard(cell, UNKNOWN, _("not known: the one-card rerun failed ({kind}: {error})").format(
                     kind=type(error).__name__, error=error))

@@ -32,6 +32,8 @@ counter (``model._train_counter``); the Estimator hook counts its steps in ``aft
 
 from __future__ import annotations
 
+import builtins
+import collections.abc
 import functools
 import hashlib
 import inspect
@@ -40,9 +42,11 @@ import math
 import time
 import threading
 import weakref
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
 import numpy as np
+
+from ..i18n import _
 
 # Largest number of elements of one variable shipped to the runner for tolerance comparisons.
 SAMPLE_ELEMENTS = 4096
@@ -62,6 +66,7 @@ def begin_cell(cell: int, language: Optional[str] = None) -> None:
     """A cell starts; ``language``: the controller's (what the rank's own messages are said in)."""
     global _cell
     _cell = cell
+    _loop_tracker.begin_cell()
     if language is not None:
         from .. import i18n
 
@@ -72,12 +77,125 @@ def end_cell() -> List[dict]:
     """Close the cell: read the custom-loop variables once more, write the progress file out (its
     last state, if the watcher has not yet), hand over the records."""
     _loop_tracker.record_end_values()
+    _loop_tracker.say_if_not_shortened()
     progress.flush()
     return take_records()
 
 
 def current_cell() -> Optional[int]:
     return _cell
+
+
+# ------------------------------------------------------------------------------------ proof mode
+# The checks are decided by the weights training starts from and the result of the first update; a
+# model that builds its variables on its first batch is broadcast after it, and read after the next.
+STEPS_THE_CHECKS_NEED = 2
+# In proof mode a shuffle buffer holds at most this many elements: filling 100,000 images to take
+# three batches would cost more than the proof.
+PROOF_SHUFFLE_BUFFER = 1024
+
+
+class _Proof:
+    """Proof mode: every training call stops after the steps the checks need and ``extra`` more, on
+    every rank at the same step (each rank counts its own steps alike); None: train as written."""
+
+    def __init__(self):
+        self.extra: Optional[int] = None
+
+    @property
+    def on(self) -> bool:
+        return self.extra is not None
+
+    @property
+    def budget(self) -> int:
+        return STEPS_THE_CHECKS_NEED + (self.extra or 0)
+
+    def capped(self, steps: Optional[int]) -> int:
+        return self.budget if steps is None or steps < 0 else min(int(steps), self.budget)
+
+
+_proof = _Proof()
+
+
+def set_proof(extra: Optional[int]) -> None:
+    """Proof mode for the cells to come: ``extra`` steps after those the checks need (``--steps``); None
+    trains as written (``--full``). The notebook's ``range`` is the proof's own meanwhile (see
+    :class:`ProofRange`)."""
+    _proof.extra = None if extra is None else max(0, int(extra))
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is None:
+        return
+    if _proof.on:
+        shell.user_ns["range"] = ProofRange
+    elif shell.user_ns.get("range") is ProofRange:
+        del shell.user_ns["range"]
+
+
+class ProofRange(collections.abc.Sequence):
+    """``range`` for the notebook's own code in proof mode: a ``for`` loop over it ends once a training
+    step ran between two of its turns and the loop has the proof's steps (``for step in
+    range(50000): train_step(next(iterator))``, the epochs around a loop proof mode cut). Everything
+    else is the real range's: indexing, ``len``, ``in``, slicing, reversal, equality."""
+
+    def __init__(self, *args):
+        self._range = builtins.range(*args)
+
+    def __iter__(self):
+        return _ProofRangeIterator(iter(self._range))
+
+    def __len__(self):
+        return len(self._range)
+
+    def __getitem__(self, index):
+        return self._range[index]
+
+    def __contains__(self, value):
+        return value in self._range
+
+    def __reversed__(self):
+        return reversed(self._range)
+
+    def __eq__(self, other):
+        return self._range == (other._range if isinstance(other, ProofRange) else other)
+
+    def __hash__(self):
+        return hash(self._range)
+
+    def __repr__(self):
+        return repr(self._range)
+
+    def __getattr__(self, name):  # start, stop, step, index, count
+        return getattr(self._range, name)
+
+
+class _ProofRangeIterator:
+    def __init__(self, numbers):
+        self._numbers = numbers
+        self._steps_at_start = self._steps_seen = _loop_tracker.total_steps()
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if _proof.on and _called_by_a_for_loop():
+            steps = _loop_tracker.total_steps()
+            trained, self._steps_seen = steps > self._steps_seen, steps
+            if trained and steps - self._steps_at_start >= _proof.budget:
+                if not _loop_tracker.shortened_in_cell:
+                    record_shortened("custom loop", steps - self._steps_at_start, None)
+                _loop_tracker.shortened_in_cell = True
+                raise StopIteration
+        return next(self._numbers)
+
+
+def record_shortened(what: str, taken: int, written: Optional[int], ran_as_written: str = "") -> None:
+    """A training (or evaluation) call proof mode stopped after ``taken`` of ``written`` steps (None:
+    not known), or one it could not shorten (``ran_as_written`` says why)."""
+    _record("shortened", what, taken=int(taken), written=written, ran_as_written=ran_as_written)
 
 
 def take_records() -> List[dict]:
@@ -89,6 +207,7 @@ def take_records() -> List[dict]:
 def reset() -> None:
     _records.clear()
     _loop_tracker.forget()
+    _session_proof.forget()
 
 
 # ------------------------------------------------------------------------------- fingerprints
@@ -467,6 +586,9 @@ def _make_fit_callback(model):
         def _begin_progress(self):
             params = self.params or {}
             self._steps = params.get("steps")
+            if _proof.on:  # the progress counts toward the proof
+                self._steps = _proof.capped(self._steps)
+                params = dict(params, epochs=1)
             counter = getattr(model, "_train_counter", None)
             self._counter = counter if counter is not None and tf.executing_eagerly() else None
             self._base = None  # read at the first epoch's begin; later ones begin where the last ended
@@ -543,9 +665,27 @@ def _make_fit_callback(model):
             self.finish_progress()
             if self._started:
                 _record_model_weights("end", model, steps=_read_counter(getattr(model, "_train_counter", None)))
+            stopped_at = getattr(self, "_proof_stopped_at", None)
+            if stopped_at is not None:
+                params = self.params or {}
+                written = params["epochs"] * params["steps"] if params.get("epochs") and params.get("steps") else None
+                record_shortened("keras fit", stopped_at, written)
+
+    def with_proof(base):
+        """The callback with a batch hook, in proof mode only (it makes Keras call back at every step,
+        which the few steps of a proof afford): it stops the fit once the checks have their steps."""
+
+        class ProofCallback(base):
+            def on_train_batch_end(self, batch, logs=None):
+                self._proof_batches = getattr(self, "_proof_batches", 0) + 1
+                if self._proof_batches >= _proof.budget and not model.stop_training:
+                    model.stop_training = True
+                    self._proof_stopped_at = self._proof_batches
+
+        return ProofCallback
 
     if tf.compat.v1.executing_eagerly_outside_functions():
-        return ProbeCallback()
+        return with_proof(ProbeCallback)() if _proof.on else ProbeCallback()
 
     class GraphProbeCallback(ProbeCallback):
         """TF1 Keras (graph mode: ``training_v1``'s loops) builds its train function before any
@@ -562,7 +702,7 @@ def _make_fit_callback(model):
                 self._step1_read = True
                 _record_model_weights("step1", model)
 
-    return GraphProbeCallback()
+    return with_proof(GraphProbeCallback)() if _proof.on else GraphProbeCallback()
 
 
 def _model_has_variables(model) -> bool:
@@ -609,6 +749,8 @@ def _wrap_fit(original):
         callbacks = arguments.get("callbacks")
         probe = _make_fit_callback(self)
         arguments["callbacks"] = list(callbacks or []) + [probe]
+        if _proof.on:
+            _cap_validation(arguments, signature)
         try:
             with _Busy():
                 return original(*bound.args, **bound.kwargs)
@@ -618,6 +760,65 @@ def _wrap_fit(original):
 
     fit._npu_probe = True
     return fit
+
+
+def _cap_validation(arguments: dict, signature) -> None:
+    """A fit's validation in proof mode: the first batches of arrays (Keras' ``validation_steps`` on
+    arrays costs as much as the whole validation), as many steps of anything else."""
+    data = arguments.get("validation_data")
+    if data is not None:
+        rows = _proof.budget * (arguments.get("validation_batch_size") or arguments.get("batch_size") or 32)
+        first = _first_rows(data, rows)
+        if first is not None:
+            arguments["validation_data"] = first
+            return
+    if (data is not None or arguments.get("validation_split")) and "validation_steps" in signature.parameters:
+        arguments["validation_steps"] = _proof.capped(arguments.get("validation_steps"))
+
+
+def _first_rows(data, rows: int):
+    """``data`` (an array, or a tuple, list or dict of arrays) cut to its first ``rows`` rows; None for
+    anything else (a dataset, a generator, a Sequence)."""
+    if isinstance(data, np.ndarray):
+        return data[:rows]
+    if isinstance(data, (tuple, list)) and data:
+        parts = [_first_rows(part, rows) if part is not None else None for part in data]
+        if all(cut is not None or part is None for cut, part in zip(parts, data)):
+            return type(data)(parts) if isinstance(data, list) else tuple(parts)
+        return None
+    if isinstance(data, dict) and data:
+        parts = {key: _first_rows(value, rows) for key, value in data.items()}
+        return parts if all(value is not None for value in parts.values()) else None
+    return None
+
+
+def _wrap_evaluate(original, what: str):
+    """Keras ``evaluate`` and Estimator ``evaluate`` in proof mode: as many steps as a proof trains
+    (the first batches of arrays given to Keras: its ``steps`` on arrays costs as much as them all)."""
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def evaluate(self, *args, **kwargs):
+        if not _proof.on or "steps" not in signature.parameters:
+            return original(self, *args, **kwargs)
+        bound = signature.bind(self, *args, **kwargs)
+        written = bound.arguments.get("steps")
+        rows = _proof.budget * (bound.arguments.get("batch_size") or 32)
+        first = [_first_rows(bound.arguments.get(name), rows) for name in ("x", "y")]
+        if first[0] is not None and written is None:
+            bound.arguments["x"] = first[0]
+            if first[1] is not None:
+                bound.arguments["y"] = first[1]
+            if bound.arguments.get("sample_weight") is not None:
+                bound.arguments["sample_weight"] = _first_rows(bound.arguments["sample_weight"], rows)
+        else:
+            bound.arguments["steps"] = _proof.capped(written)
+        if not _busy():  # a fit's validation, train_and_evaluate's evaluations: capped, said with the training
+            record_shortened(what, _proof.budget, written)
+        return original(*bound.args, **bound.kwargs)
+
+    evaluate._npu_probe = True
+    return evaluate
 
 
 # ---------------------------------------------------------------------------------- Estimator
@@ -637,6 +838,8 @@ def _make_estimator_hook(input_fn_box: dict, steps: Optional[int] = None, max_st
             super().__init__()
             self.steps_done = 0
             self.call: Optional[int] = None  # this train call's number in `progress`
+            self.planned: Optional[int] = None  # the steps the call was given (steps, or max_steps left)
+            self.stopped = False  # by proof mode
 
         def begin(self):
             self._variables = v1.trainable_variables()
@@ -645,7 +848,7 @@ def _make_estimator_hook(input_fn_box: dict, steps: Optional[int] = None, max_st
             self._global_step = v1.train.get_global_step() if max_steps and not steps else None
             dataset = input_fn_box.get("dataset")
             if dataset is not None and getattr(dataset, "_graph", None) is v1.get_default_graph():
-                self._first_batches = [self._first_batch_of(dataset) for _ in range(2)]
+                self._first_batches = [self._first_batch_of(dataset) for _copy in range(2)]
 
         @staticmethod
         def _first_batch_of(dataset):
@@ -672,6 +875,9 @@ def _make_estimator_hook(input_fn_box: dict, steps: Optional[int] = None, max_st
 
         def after_run(self, run_context, run_values):
             self.steps_done += 1
+            if _proof.on and self.steps_done >= _proof.budget and not self.stopped:
+                self.stopped = True
+                run_context.request_stop()
 
         def _begin_progress(self, session):
             planned = steps
@@ -681,7 +887,8 @@ def _make_estimator_hook(input_fn_box: dict, steps: Optional[int] = None, max_st
                 except Exception:
                     planned = None
             self.steps_done = 0
-            self.call = progress.begin("estimator", steps=planned)
+            self.planned = planned
+            self.call = progress.begin("estimator", steps=_proof.capped(planned) if _proof.on else planned)
             progress.update(self.call, lambda: self.steps_done)
 
         def finish_progress(self):
@@ -692,6 +899,8 @@ def _make_estimator_hook(input_fn_box: dict, steps: Optional[int] = None, max_st
             self.finish_progress()
             if self._started:
                 self._record("end", session, steps=self.steps_done)
+            if self.stopped:
+                record_shortened("estimator train", self.steps_done, self.planned)
 
         def _record(self, moment, session, **extra):
             values = session.run(self._variables)
@@ -795,6 +1004,8 @@ class _LoopTracker:
         self._uncounted_steps = 0  # steps seen by on_step that the counter does not count
         self._steps_recorded = 0  # steps up to the last end record
         self._feed_recorded = False  # a TF1 loop's first fed batch: the first loop may read constants
+        self._steps_at_cell_start = 0
+        self.shortened_in_cell = False  # proof mode ended a loop in this cell
 
     def forget(self):
         counter = self._step_counter
@@ -811,6 +1022,25 @@ class _LoopTracker:
             with tf.init_scope():
                 self._step_counter = tf.Variable(0, trainable=False, dtype=tf.int64, name="npu_sim_optimizer_steps")
         return self._step_counter
+
+    def begin_cell(self) -> None:
+        self._steps_at_cell_start = self.total_steps()
+        self.shortened_in_cell = False
+
+    def say_if_not_shortened(self) -> None:
+        """In proof mode, a cell whose custom loop took more steps than a proof and was not cut: say
+        that it ran as written, and why."""
+        steps = self.total_steps() - getattr(self, "_steps_at_cell_start", 0)
+        if _proof.on and steps > _proof.budget and not self.shortened_in_cell:
+            record_shortened("custom loop", steps, steps, ran_as_written=_(
+                "its batches do not come from a for loop over a tf.data dataset (next(iterator), arrays sliced "
+                "by hand): proof mode cannot end it from outside"))
+
+    def total_steps(self) -> int:
+        """Optimizer steps taken since the notebook started: eager and TF1 ones as seen, those of TF2
+        functions from their counter (one read of a variable)."""
+        counted = int(self._step_counter.numpy()) if self._step_counter is not None else 0
+        return self._uncounted_steps + counted
 
     def _counted_steps_since_last_end(self) -> bool:
         if self._step_counter is None:
@@ -896,10 +1126,118 @@ def _wrap_apply_gradients(original):
             with tf.control_dependencies([observed]):
                 probe = counter.assign_add(1)
         with tf.control_dependencies([probe]):
-            return original(self, grads_and_vars, *args, **kwargs)
+            update = original(self, grads_and_vars, *args, **kwargs)
+        if not eager_outside and getattr(update, "name", None):
+            _train_ops.setdefault(tf.compat.v1.get_default_graph(), set()).add(update.name)
+        return update
 
     apply_gradients._npu_probe = True
     return apply_gradients
+
+
+# TF1 graph -> the names of the ops that apply an optimizer's update: a session run that fetches one trains.
+_train_ops: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+class _SessionProof:
+    """Proof mode in TF1 session loops. A Python loop (``for step in range(50000)``) cannot be cut from
+    outside: once a session has trained the proof's steps, each further run that trains returns what
+    the same run returned last, without running (the global step, if the graph has one, still moves
+    on, so that loops counting it end); MonitoredSession's ``should_stop`` says True."""
+
+    def __init__(self):
+        self.steps: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # session -> training runs
+        self.last: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # session -> {fetched: result}
+        self.said: "weakref.WeakSet" = weakref.WeakSet()  # sessions whose shortening was recorded
+        self._increments: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # graph -> op, or None
+        self._trains: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # graph -> {op name: trains}
+
+    def trains(self, session, fetches) -> Optional[tuple]:
+        """The names of what a run fetches, when one of them runs an optimizer's update (directly or
+        through a ``tf.group``); None otherwise."""
+        graph = session.graph
+        if not _train_ops.get(graph):
+            return None
+        import tensorflow as tf
+
+        try:
+            flat = tf.nest.flatten(fetches)
+            fetched = tuple(getattr(f, "name", f) if isinstance(getattr(f, "name", f), str) else repr(f) for f in flat)
+            ops = [graph.as_graph_element(f).op if not isinstance(graph.as_graph_element(f), tf.Operation)
+                   else graph.as_graph_element(f) for f in flat]
+        except Exception:
+            return None
+        known = self._trains.setdefault(graph, {})
+        return fetched if any(self._runs_an_update(op, known) for op in ops) else None
+
+    @staticmethod
+    def _runs_an_update(op, known: dict, depth: int = 6) -> bool:
+        if op.name in known:
+            return known[op.name]
+        updates = _train_ops.get(op.graph, ())
+        found = op.name in updates or (depth > 0 and any(
+            _SessionProof._runs_an_update(parent, known, depth - 1)
+            for parent in list(op.control_inputs) + [tensor.op for tensor in op.inputs]))
+        known[op.name] = found
+        return found
+
+    def exhausted(self, session) -> bool:
+        return self.steps.get(session, 0) >= _proof.budget
+
+    def replay(self, session, fetched: tuple, run_original):
+        """The last result of this run once the session has its steps; ``_NOT_REPLAYED`` otherwise."""
+        last = self.last.get(session, {})
+        if not self.exhausted(session) or fetched not in last:
+            return _NOT_REPLAYED
+        self._advance_global_step(session, run_original)
+        _loop_tracker.shortened_in_cell = True
+        if session not in self.said:
+            self.said.add(session)
+            record_shortened("session loop", self.steps[session], None)
+        return last[fetched]
+
+    def ran(self, session, fetched: tuple, result) -> None:
+        self.steps[session] = self.steps.get(session, 0) + 1
+        if self.exhausted(session):
+            self.last.setdefault(session, {})[fetched] = result
+
+    def _advance_global_step(self, session, run_original) -> None:
+        graph = session.graph
+        if graph not in self._increments:
+            import tensorflow as tf
+
+            step = tf.compat.v1.train.get_global_step(graph)
+            if step is None or graph.finalized:
+                self._increments[graph] = None
+            else:
+                with graph.as_default():
+                    self._increments[graph] = tf.compat.v1.assign_add(step, 1, name="npu_sim_proof_step")
+        increment = self._increments.get(graph)
+        if increment is not None:
+            with _Busy():
+                run_original(session, increment)
+
+    def forget(self) -> None:
+        self.__init__()
+
+
+_NOT_REPLAYED = object()
+_session_proof = _SessionProof()
+
+
+def _wrap_should_stop(original):
+    @functools.wraps(original)
+    def should_stop(self):
+        if _proof.on:
+            try:
+                if _session_proof.exhausted(self._tf_sess()):  # noqa: SLF001 (the raw session the runs go to)
+                    return True
+            except Exception:
+                pass
+        return original(self)
+
+    should_stop._npu_probe = True
+    return should_stop
 
 
 # The arrays the session call running now was fed (a TF1 loop's batches, ``feed_dict``): set by the
@@ -945,7 +1283,7 @@ def _observe_graph_datasets(session) -> None:
         for dataset in pending:
             try:
                 with session.graph.as_default():
-                    iterators = [v1.data.make_initializable_iterator(dataset) for _ in range(2)]
+                    iterators = [v1.data.make_initializable_iterator(dataset) for _copy in range(2)]
                 batches = []
                 for iterator in iterators:
                     session.run(iterator.initializer)
@@ -962,13 +1300,19 @@ def _wrap_session_run(original):
         global _session_feed
         if _graph_datasets and not _busy():
             _observe_graph_datasets(self)
-        if not feed_dict:
-            return original(self, fetches, feed_dict, *args, **kwargs)
-        _session_feed = feed_dict
+        fetched = _session_proof.trains(self, fetches) if _proof.on and not _busy() else None
+        if fetched is not None:
+            replayed = _session_proof.replay(self, fetched, original)
+            if replayed is not _NOT_REPLAYED:
+                return replayed
+        _session_feed = feed_dict or None
         try:
-            return original(self, fetches, feed_dict, *args, **kwargs)
+            result = original(self, fetches, feed_dict, *args, **kwargs)
         finally:
             _session_feed = None
+        if fetched is not None:
+            _session_proof.ran(self, fetched, result)
+        return result
 
     run._npu_probe = True
     return run
@@ -981,7 +1325,7 @@ def _record_session_feed() -> bool:
     if not feed:
         return False
     try:
-        arrays = [np.asarray(value) for _, value in sorted(feed.items(), key=lambda item: getattr(item[0], "name", ""))]
+        arrays = [np.asarray(value) for _tensor, value in sorted(feed.items(), key=lambda item: getattr(item[0], "name", ""))]
     except Exception:
         return False
     arrays = [a for a in arrays if a.ndim > 0 and a.dtype != object]
@@ -997,10 +1341,78 @@ def _wrap_dataset_iter(original):
 
         if not _busy() and tf.executing_eagerly():
             record_dataset_input("dataset iteration", self)
+            iterator = original(self)
+            return _proof_iterator(iterator, self) if _proof.on else iterator
         return original(self)
 
     __iter__._npu_probe = True
     return __iter__
+
+
+# Datasets a custom loop trained on and proof mode already cut: a new pass over one stops at once.
+_proved_datasets: "weakref.WeakSet" = weakref.WeakSet()
+_proof_iterator_classes: dict = {}
+
+
+def _proof_iterator(iterator, dataset):
+    """``iterator`` (a tf.data iterator, still one: a ``tf.function`` may take it) made to end a
+    ``for`` loop over it once a training step ran between two of its batches and the loop has the
+    proof's steps. ``next(iterator)`` is never cut (it would raise in the notebook's code), nor a loop
+    that trains nothing (an evaluation loop)."""
+    base = type(iterator)
+    cls = _proof_iterator_classes.get(base)
+    if cls is None:
+        class ProofIterator(base):
+            def __next__(self):
+                if _proof.on and _called_by_a_for_loop():
+                    _stop_a_proved_loop(self)
+                return super().__next__()
+
+        cls = _proof_iterator_classes[base] = ProofIterator
+    try:
+        iterator.__class__ = cls
+        iterator._npu_dataset = weakref.ref(dataset)
+        iterator._npu_steps_at_start = iterator._npu_steps_seen = _loop_tracker.total_steps()
+    except (TypeError, AttributeError):
+        pass
+    return iterator
+
+
+def _called_by_a_for_loop() -> bool:
+    import dis
+    import sys
+
+    frame = sys._getframe(2)  # over this function and __next__: the frame iterating
+    try:
+        return dis.opname[frame.f_code.co_code[frame.f_lasti]] == "FOR_ITER"
+    except (IndexError, AttributeError):
+        return False
+
+
+def _stop_a_proved_loop(iterator) -> None:
+    steps = _loop_tracker.total_steps()
+    dataset = iterator._npu_dataset()
+    trained = steps > iterator._npu_steps_seen
+    iterator._npu_steps_seen = steps
+    if trained and steps - iterator._npu_steps_at_start >= _proof.budget:
+        if dataset is not None:
+            _proved_datasets.add(dataset)
+        record_shortened("custom loop", steps - iterator._npu_steps_at_start, None)
+        _loop_tracker.shortened_in_cell = True
+        raise StopIteration
+    if dataset is not None and dataset in _proved_datasets and steps == iterator._npu_steps_at_start:
+        raise StopIteration  # the next epoch of a loop already proved
+
+
+def _wrap_shuffle(original):
+    @functools.wraps(original)
+    def shuffle(self, buffer_size, *args, **kwargs):
+        if _proof.on and not _busy() and isinstance(buffer_size, int) and buffer_size > PROOF_SHUFFLE_BUFFER:
+            buffer_size = PROOF_SHUFFLE_BUFFER
+        return original(self, buffer_size, *args, **kwargs)
+
+    shuffle._npu_probe = True
+    return shuffle
 
 
 # ---------------------------------------------------------------------------------- install
@@ -1033,11 +1445,15 @@ def install(seed: Optional[int] = None) -> None:
         pass
     for optimizer_class in _optimizer_classes(tf):
         _patch(optimizer_class, "apply_gradients", _wrap_apply_gradients)
+    _patch(tf.keras.Model, "evaluate", lambda original: _wrap_evaluate(original, "keras evaluate"))
     _patch(tf.data.Dataset, "__iter__", _wrap_dataset_iter)
+    _patch(tf.data.Dataset, "shuffle", _wrap_shuffle)
     _watch_file_writers(tf)
     from tensorflow.python.client import session as session_module
+    from tensorflow.python.training import monitored_session
 
     _patch(session_module.BaseSession, "run", _wrap_session_run)
+    _patch(monitored_session._MonitoredSession, "should_stop", _wrap_should_stop)
     from tensorflow.python.data.ops import dataset_ops
 
     _patch(dataset_ops.DatasetV2, "_apply_debug_options", _wrap_apply_debug_options)
@@ -1045,6 +1461,7 @@ def install(seed: Optional[int] = None) -> None:
         import tensorflow_estimator.python.estimator.estimator as estimator_module
 
         _patch(estimator_module.Estimator, "train", _wrap_estimator_train)
+        _patch(estimator_module.Estimator, "evaluate", lambda original: _wrap_evaluate(original, "estimator evaluate"))
     except ImportError:
         pass
 

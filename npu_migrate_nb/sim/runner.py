@@ -33,6 +33,7 @@ from ..analysis import analyze
 from ..i18n import N_, _
 from ..ipython_syntax import mask
 from ..notebook import InputError, Notebook, load
+from . import DEFAULT_PROOF_STEPS
 from . import checks as checks_module
 from .cluster import Cluster, ClusterError
 from .engine import progress_path
@@ -92,6 +93,9 @@ class RunResult:
     # Whether the cell that failed on the ranks fails on one card too; None: no cell failed (or not asked).
     one_card: Optional["OneCard"] = None
     file_clashes: List[dict] = field(default_factory=list)  # files several ranks wrote in one cell
+    # Proof mode's extra steps (None: trained as written), and the calls it shortened (rank 0's records).
+    proof_steps: Optional[int] = None
+    shortened: List[dict] = field(default_factory=list)
 
     @property
     def failed_cell(self) -> Optional[CellOutcome]:
@@ -125,6 +129,10 @@ class RunResult:
             "tf1": self.tf1,
             "one_card": self.one_card.to_json() if self.one_card is not None else None,
             "file_clashes": self.file_clashes,
+            "proof": None if self.proof_steps is None else {
+                "steps": self.proof_steps,
+                "shortened": [dict({key: record.get(key) for key in ("cell", "source", "taken", "written", "ran_as_written")},
+                                   text=shortened_text(record)) for record in self.shortened]},
         }
 
 
@@ -141,10 +149,14 @@ class Runner:
     """Cells to ranks. One Runner per cluster session; records accumulate across cells."""
 
     def __init__(self, cluster: Cluster, timeout: float = 300.0, echo: Optional[TextIO] = None,
-                 errors: Optional[TextIO] = None, progress: Optional[Callable[[int, dict], None]] = None):
+                 errors: Optional[TextIO] = None, progress: Optional[Callable[[int, dict], None]] = None,
+                 proof_steps: Optional[int] = None):
         """``progress(rank, data)``: called while a cell runs, each time a rank's training progress
-        changed (``data``: see :func:`.engine.start_progress_watcher`); its exceptions are ignored."""
+        changed (``data``: see :func:`.engine.start_progress_watcher`); its exceptions are ignored.
+        ``proof_steps``: proof mode (every training call stops once the checks are decided, after at
+        most this many more steps); None trains as written."""
         self.cluster = cluster
+        self.proof_steps = proof_steps
         self.timeout = timeout
         self.echo = echo if echo is not None else sys.stdout
         self.errors = errors if errors is not None else sys.stderr
@@ -170,6 +182,8 @@ class Runner:
             elapsed_s=time.monotonic() - started,
             tf1=self.cluster.tf1,
             file_clashes=list(self.file_clashes),
+            proof_steps=self.proof_steps,
+            shortened=self.shortened(),
         )
         if compare_single_card:
             result.single_card = self.compare_single_card(notebook, result)
@@ -211,7 +225,8 @@ class Runner:
         self.errors.flush()
         try:
             ranks_records, failure = _run_held_fixed(self.cluster, notebook, self.timeout, self.errors,
-                                                     _("[{ranks} ranks, comparison] ").format(ranks=self.cluster.n))
+                                                     _("[{ranks} ranks, comparison] ").format(ranks=self.cluster.n),
+                                                     proof_steps=self.proof_steps)
         finally:
             if stop_ranks:
                 self.cluster.stop()
@@ -225,7 +240,8 @@ class Runner:
                 return checks_module.Check(name, checks_module.NOT_OBSERVED,
                                            _("the single-card run could not start: {error}").format(error=error))
             single_records, failure = _run_held_fixed(single, notebook, self.timeout, self.errors, _("[single card] "),
-                                                      shuffle_sites=_held_shuffle_sites(ranks_records))
+                                                      shuffle_sites=_held_shuffle_sites(ranks_records),
+                                                      proof_steps=self.proof_steps)
         finally:
             single.stop()
         if failure is not None:
@@ -241,6 +257,18 @@ class Runner:
     def evaluate_checks(self) -> Dict[str, checks_module.Check]:
         return checks_module.evaluate(self.records, self.cluster.n)
 
+    def shortened(self) -> List[dict]:
+        """The training calls proof mode shortened (or could not), as rank 0 saw them (every rank
+        stops at the same step)."""
+        return [record for record in self.records.get(0, []) if record["kind"] == "shortened"]
+
+    def set_proof(self, steps: Optional[int]) -> None:
+        """Proof mode (``steps`` more after those the checks need) or not (None) for the cells to come."""
+        from . import probes
+
+        self.proof_steps = steps
+        self.cluster.apply(probes.set_proof, steps)
+
     def _reset_probes(self) -> None:
         from . import engine, probes
 
@@ -248,6 +276,7 @@ class Runner:
         self.file_clashes = []
         try:
             self.cluster.apply(probes.reset)
+            self.cluster.apply(probes.set_proof, self.proof_steps)
         except Exception:
             pass
         try:  # a notebook run starts from the rank's seeds, however many ran before in this cluster
@@ -582,14 +611,14 @@ class _ProgressFiles:
 
 
 def _run_held_fixed(cluster: Cluster, notebook: Notebook, timeout: float, errors: TextIO, label: str,
-                    shuffle_sites: Optional[list] = None):
+                    shuffle_sites: Optional[list] = None, proof_steps: Optional[int] = None):
     """(records by rank, None), or (None, a not-observed Check) when a cell failed. The ranks'
     output is shown (prefixed with ``label``) only then."""
     from . import engine
 
     captured = io.StringIO()
     cluster.apply(engine.hold_randomness_fixed, True, shuffle_sites)
-    runner = Runner(cluster, timeout=timeout, echo=captured, errors=captured)
+    runner = Runner(cluster, timeout=timeout, echo=captured, errors=captured, proof_steps=proof_steps)
     try:
         outcome = runner.run_notebook(notebook)
     finally:
@@ -649,6 +678,14 @@ def detect_tf1(notebook: Notebook) -> bool:
     return analyze(notebook).tf1
 
 
+def proof_steps_of(args) -> Optional[int]:
+    """Proof mode's extra steps from ``--steps N`` (default 1), None with ``--full``."""
+    if getattr(args, "full", False):
+        return None
+    steps = getattr(args, "steps", None)
+    return DEFAULT_PROOF_STEPS if steps is None else steps
+
+
 def run_command(args) -> int:
     try:
         notebook = load(args.path)
@@ -673,14 +710,15 @@ def run_command(args) -> int:
             print(_("npu-migrate-nb run: the cluster could not start: {error}").format(error=error), file=sys.stderr)
             return EXIT_INPUT
         echo = sys.stderr if json_output else sys.stdout
-        runner = Runner(cluster, timeout=args.timeout, echo=echo, errors=sys.stderr)
+        runner = Runner(cluster, timeout=args.timeout, echo=echo, errors=sys.stderr, proof_steps=proof_steps_of(args))
         result = runner.run_notebook(notebook)
         failed = result.failed_cell
         if failed is not None and not getattr(args, "no_one_card", False) and cluster.profile is None:
             cluster.stop()  # its cores go to the one-card rerun
             print(_("cell {cell} failed on the ranks: rerunning the cells up to it on one card...").format(
                 cell=failed.cell), file=sys.stderr)
-            result.one_card = rerun_on_one_card(notebook, failed.cell, cluster, bound_for(result.elapsed_s))
+            result.one_card = rerun_on_one_card(notebook, failed.cell, cluster, bound_for(result.elapsed_s),
+                                                proof_steps=runner.proof_steps)
         if getattr(args, "compare_single_card", False):
             # the ranks' cores go to the single-card run once the ranks' comparison run is over
             result.single_card = runner.compare_single_card(notebook, result, stop_ranks=True)
@@ -692,6 +730,34 @@ def run_command(args) -> int:
     else:
         print(render_text(result))
     return EXIT_OK if result.ok else EXIT_FAILED
+
+
+def shortened_lines(result: RunResult) -> List[str]:
+    """What proof mode did: per training call, the steps taken of those written; or that it trained as written."""
+    if result.proof_steps is None:
+        return [_("trained as written (--full)")]
+    if not result.shortened:
+        return [_("proof mode: no training call needed shortening")]
+    lines = [_("proof mode (every training call stops once the checks are decided, after at most {steps} more "
+               "step(s); --full trains as written):").format(steps=result.proof_steps)]
+    for record in result.shortened:
+        lines.append("  " + shortened_text(record))
+    if any(not record.get("ran_as_written") for record in result.shortened):
+        lines.append(_("  the cells after a shortened call ran on a model trained for those steps"))
+    return lines
+
+
+def shortened_text(record: dict) -> str:
+    written = record.get("written")
+    taken = f"{record['taken']:,}"
+    if record.get("ran_as_written"):
+        return _("cell {cell}, {what}: ran as written ({steps} steps): {why}").format(
+            cell=record.get("cell"), what=record["source"], steps=taken, why=record["ran_as_written"])
+    if written is None:
+        return _("cell {cell}, {what}: {taken} steps, stopped once the checks were decided").format(
+            cell=record.get("cell"), what=record["source"], taken=taken)
+    return _("cell {cell}, {what}: {taken} of {written} steps, stopped once the checks were decided").format(
+        cell=record.get("cell"), what=record["source"], taken=taken, written=f"{written:,}")
 
 
 def render_text(result: RunResult) -> str:
@@ -707,6 +773,7 @@ def render_text(result: RunResult) -> str:
             lines.append(_("  cell {cell}: {status}").format(cell=cell.cell, status=status))
     if result.one_card is not None:
         lines.append(_("  one card: {detail}").format(detail=result.one_card.detail))
+    lines.extend(shortened_lines(result))
     if result.file_clashes:
         lines.append(_("files written by several ranks:"))
         lines.extend(f"  {checks_module.clash_text(clash)}" for clash in result.file_clashes)

@@ -27,6 +27,7 @@ from ..notebook import Cell, Notebook
 from . import checks as checks_module
 from .cluster import Cluster
 from .one_card import UNKNOWN, OneCard, OneCardRerun, bound_for
+from . import DEFAULT_PROOF_STEPS
 from .runner import CellOutcome, Runner, cell_status_label
 
 DEFAULT_RANKS = 2
@@ -72,7 +73,8 @@ class OneCardCheck:
     and ``cancel()`` stops it and its rank. ``text`` is its line for a person; ``shown``: a door has
     shown the verdict (the next magic says it otherwise)."""
 
-    def __init__(self, cells: Sequence[Tuple[int, str]], cell: int, like: Cluster, bound: float, directory: str):
+    def __init__(self, cells: Sequence[Tuple[int, str]], cell: int, like: Cluster, bound: float, directory: str,
+                 proof_steps: Optional[int] = None):
         self.cell = cell
         self.bound = bound
         self.shown = False
@@ -81,7 +83,7 @@ class OneCardCheck:
         notebook = Notebook(os.path.join(directory, "kernel.ipynb"),
                             [Cell(index, "code", source) for index, source in cells])
         _live_checks.add(self)
-        self._rerun = OneCardRerun(notebook, cell, like, bound)
+        self._rerun = OneCardRerun(notebook, cell, like, bound, proof_steps)
         threading.Thread(target=self._wait, name="npu-sim-one-card-wait", daemon=True).start()
 
     def _wait(self) -> None:
@@ -211,12 +213,15 @@ class ClusterSession:
 
     # ----------------------------------------------------------------------------------- cells
 
-    def run_cell(self, index: int, source: str, timeout: Optional[float] = None, one_card: bool = True) -> CellOutcome:
+    def run_cell(self, index: int, source: str, timeout: Optional[float] = None, one_card: bool = True,
+                 proof_steps: Optional[int] = DEFAULT_PROOF_STEPS) -> CellOutcome:
         """Run a cell on the ranks. ``one_card``: when it fails there, rerun the cells up to it on one
-        card in the background (``self.one_card``)."""
+        card in the background (``self.one_card``). ``proof_steps``: proof mode (None: train as written)."""
         if not self.running or self.runner is None:
             raise SessionError(_("no simulated cluster is running: %npu_cluster start [-n N]"))
         self.runner.timeout = timeout if timeout is not None else self.timeout
+        if proof_steps != self.runner.proof_steps:
+            self.runner.set_proof(proof_steps)
         started = time.monotonic()
         try:
             outcome = self.runner.run_cell(index, source)
@@ -245,7 +250,13 @@ class ClusterSession:
         cells = [ran for ran in self._ran[:-1] if ran.status == "ok"] + [failed]
         bound = bound_for(sum(ran.seconds for ran in cells))
         self.one_card = OneCardCheck([(ran.index, ran.source) for ran in cells], failed.index, like, bound,
-                                     self.directory or os.getcwd())
+                                     self.directory or os.getcwd(), self.runner.proof_steps)
+
+    def shortened_in(self, cell: int) -> List[dict]:
+        """The training calls proof mode shortened in ``cell`` (rank 0's records)."""
+        if self.runner is None:
+            return []
+        return [record for record in self.runner.shortened() if record.get("cell") == cell]
 
     def one_card_text(self) -> Optional[str]:
         """The one-card line (rerunning, or its verdict, which then counts as shown), None when no

@@ -116,7 +116,8 @@ def serve(path: str) -> None:
     selector = selectors.DefaultSelector()
     _server_fds.update({listener.fileno(), selector.fileno(), _exits.fileno()})
     selector.register(listener, selectors.EVENT_READ, ("listener", None))
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    # Nothing to save, and a normal exit tears TensorFlow down (most of a second, at every cluster stop).
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
     while True:
         for key, _ in selector.select():
             kind, rank = key.data

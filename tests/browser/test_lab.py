@@ -2,6 +2,8 @@
 applies (undoably), and simulates; a ``%%npu_distribute`` widget's Apply changes its cell through the
 comm route."""
 
+import re
+
 import pytest
 
 from .conftest import ARTIFACTS, cell_texts, open_notebook, write_notebook
@@ -77,6 +79,8 @@ def test_analyze_apply_undo_and_simulate_from_the_panel(lab, browser):
               for row in panel.locator(".npu-checks tr").all()}
     assert checks == {"broadcast": "pass", "allreduce": "pass", "shard": "pass"}, panel.inner_text()
     assert "Epoch" in panel.locator(".npu-rank pre").first.inner_text()  # rank 0 is open
+    proof = panel.locator(".npu-proof-call")  # proof mode, Simulate's default: the fit was shortened
+    assert proof.count() == 1 and re.search(r"keras fit: 3 of \d+ steps", proof.inner_text()), panel.inner_text()
     page.screenshot(path=str(ARTIFACTS / "panel-simulated.png"))
     page.close()
 

@@ -56,6 +56,7 @@ def test_the_panel_speaks_the_lab_s_language_and_switches_back(lab, browser):
         assert checks == {"broadcast": "通过", "allreduce": "通过", "shard": "通过"}, panel.inner_text()
         for row in panel.locator(".npu-checks tr").all():
             assert CJK.search(row.locator("td").nth(2).inner_text()), row.inner_text()  # the evidence too
+        assert "检查得出结论后即停止" in panel.locator(".npu-proof").inner_text()  # what proof mode shortened
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "panel-zh.png"))
         page.close()

@@ -183,6 +183,22 @@ def test_a_kernel_killed_outright_leaves_no_rank_behind():
         kernel.shutdown()
 
 
+def _widget_states(kernel):
+    opened = {m["content"]["comm_id"]: dict(m["content"]["data"]["state"]) for m in kernel.comm_opens
+              if m["content"].get("target_name") == "jupyter.widget"}
+    updates = {}
+    for message in kernel.comm_msgs:
+        content = message["content"]
+        if content["comm_id"] in opened and content["data"].get("method") == "update":
+            updates.setdefault(content["comm_id"], []).append(content["data"]["state"])
+    return opened, updates
+
+
+def _bar_values(bars, updates, rank):
+    return [u["value"] for cid, states in updates.items() if bars.get(cid, {}).get("description") == f"rank {rank}"
+            for u in states if "value" in u]
+
+
 def test_the_run_widget_shows_each_rank_progress_and_its_output_in_a_tab():
     kernel = Kernel()  # widgets on
     try:
@@ -195,22 +211,15 @@ def test_the_run_widget_shows_each_rank_progress_and_its_output_in_a_tab():
                     ".map(lambda a, b: (tf.py_function(slow, [a], tf.float32), b))\n"
                     "model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(4,))])\n"
                     "model.compile(optimizer='sgd', loss='mse')")
-        run(kernel, "%%npu_distribute --run\nprint('rank', os.environ['RANK_ID'], 'fits')\n"
+        run(kernel, "%%npu_distribute --run --full\nprint('rank', os.environ['RANK_ID'], 'fits')\n"
                     "history = model.fit(ds, epochs=2, verbose=0)")
-        opened = {m["content"]["comm_id"]: dict(m["content"]["data"]["state"]) for m in kernel.comm_opens
-                  if m["content"].get("target_name") == "jupyter.widget"}
-        updates = {}
-        for message in kernel.comm_msgs:
-            content = message["content"]
-            if content["comm_id"] in opened and content["data"].get("method") == "update":
-                updates.setdefault(content["comm_id"], []).append(content["data"]["state"])
+        opened, updates = _widget_states(kernel)
         bars = {cid: s for cid, s in opened.items() if s.get("_model_name") == "IntProgressModel"}
         assert sorted(s["description"] for s in bars.values()) == ["rank 0", "rank 0", "rank 1", "rank 1"]
         texts = [u.get("value", "") for cid, states in updates.items() for u in states
                  if opened[cid].get("_model_name") == "HTMLModel"]
         for rank in (0, 1):
-            values = [u["value"] for cid, states in updates.items() if bars.get(cid, {}).get("description") == f"rank {rank}"
-                      for u in states if "value" in u]
+            values = _bar_values(bars, updates, rank)
             assert values and max(values) == 8, values  # 8 steps an epoch
         assert any("epoch 2/2" in text for text in texts), texts
         outputs = [u["outputs"] for cid, states in updates.items() if opened[cid].get("_model_name") == "OutputModel"
@@ -218,6 +227,18 @@ def test_the_run_widget_shows_each_rank_progress_and_its_output_in_a_tab():
         shown = "".join(o.get("text", "") for batch in outputs for o in batch)
         assert "rank 0 fits" in shown and "rank 1 fits" in shown
         assert any("not-observed" in text or "pass" in text for text in texts)  # the checks
+
+        # proof mode (the default): the bar counts toward the proof (2 steps + 1 more), not the written epochs
+        kernel.comm_opens.clear()
+        kernel.comm_msgs.clear()
+        run(kernel, "%%npu_distribute --run\nhistory = model.fit(ds, epochs=2, verbose=0)")
+        opened, updates = _widget_states(kernel)
+        bars = {cid: s for cid, s in opened.items() if s.get("_model_name") == "IntProgressModel"}
+        for rank in (0, 1):
+            maxima = [u["max"] for cid, states in updates.items() if bars.get(cid, {}).get("description") == f"rank {rank}"
+                      for u in states if "max" in u]
+            assert maxima and max(maxima) == 3, maxima
+            assert max(_bar_values(bars, updates, rank)) == 3
     finally:
         pid = kernel.pid
         kernel.shutdown()

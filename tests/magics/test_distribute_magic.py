@@ -137,6 +137,9 @@ def test_the_analyzer_options_are_those_of_the_command_line(kernel):
     assert "NPUBroadcastGlobalVariablesHook(0" in estimator
     bad = kernel.execute("%%npu_distribute --reduction median\npass", cell_id=new_cell_id())
     assert bad.status == "error" and "UsageError" in bad.text() and "median" in bad.text()
+    for options in ("--run --steps -1", "--run --steps 2 --full"):
+        bad = kernel.execute(f"%%npu_distribute {options}\npass", cell_id=new_cell_id())
+        assert bad.status == "error" and "UsageError" in bad.text() and "--steps" in bad.text(), bad.text()
 
 
 def test_unload_removes_the_magics(kernel):

@@ -242,6 +242,11 @@ async def test_bad_codes_get_400(post, codes, fragment):
     ({"timeout": -1}, "timeout must be more than 0"),
     ({"timeout": "300"}, "timeout must be a number"),
     ({"path": ""}, "'path' must be a non-empty string"),
+    ({"steps": -1}, "steps must be from 0 to 1000"),
+    ({"steps": 1001}, "steps must be from 0 to 1000"),
+    ({"steps": "3"}, "steps must be an integer"),
+    ({"full": "yes"}, "full must be true or false"),
+    ({"full": 1}, "full must be true or false"),
 ])
 async def test_bad_simulation_parameters_get_400_and_start_nothing(post, jp_serverapp, fields, fragment):
     body = {"notebook": example("keras_single_card.ipynb"), **fields}

@@ -91,13 +91,17 @@ async def test_simulate_the_fixed_keras_example_on_two_ranks_passes_the_three_ch
     assert result["checks"] == {"broadcast": "pass", "allreduce": "pass", "shard": "pass"}
     assert status["ranks"] == 2 and status["cells_total"] == 5 and status["cells_done"] == 5
     assert status["current_cell"] is None and status["error"] is None
-    for rank in ("0", "1"):
-        assert "Epoch 1/2" in status["output"][rank] and "Epoch 2/2" in status["output"][rank]
+    for rank in ("0", "1"):  # proof mode, the panel's default: the fit of 2 epochs stops in the first
+        assert "Epoch 1/2" in status["output"][rank] and "Epoch 2/2" not in status["output"][rank]
         assert "[rank" not in status["output"][rank]
     assert [cell["status"] for cell in result["cells"]] == ["skipped"] + ["ok"] * 5
+    assert result["proof"]["steps"] == 1
+    [fit] = result["proof"]["shortened"]
+    assert fit["taken"] == 3 and fit["written"] > 3 and not fit["ran_as_written"], fit
+    assert f"3 of {fit['written']} steps" in fit["text"]
     for rank in ("0", "1"):
         final = status["progress"][rank]
-        assert final["kind"] == "keras" and final["epoch"] == 2 and final["running"] is False, final
+        assert final["kind"] == "keras" and final["epoch"] == 1 and final["running"] is False, final
     assert still_running(job_processes(before)) == []
     assert job_directory is not None and not os.path.exists(job_directory)
 

@@ -61,8 +61,9 @@ TF2_CELLS = [
 
 
 def run_on_two_ranks(tmp_path, cells, *extra):
+    """Trained as written (``--full``): the overflow comes at the 8th step, after proof mode would stop."""
     notebook = write_notebook(tmp_path / "mixed_precision.ipynb", cells)
-    code, out, err = cli("run", str(notebook), "-n", "2", "--format", "json", *extra, cwd=str(tmp_path))
+    code, out, err = cli("run", str(notebook), "-n", "2", "--format", "json", "--full", *extra, cwd=str(tmp_path))
     assert out, err[-3000:]
     return json.loads(out), err
 
