@@ -426,9 +426,10 @@ def report(records: List[Record], elapsed: float) -> Tuple[str, dict]:
             lines.append(f"  {record.name} ({which}): proof {_verdict(proof)}, as written {_verdict(full)}")
     lines.append("")
     lines.append("by family (fixed pass / runnable, unfixed caught / run, runnable / notebooks):")
-    for family, (passed, run, caught, ran, total) in by_family(records).items():
-        lines.append(f"  {family:<32} fixed {passed}/{run} = {passed / run if run else 0:.0%}   "
-                     f"caught {caught}/{ran}   runnable {run}/{total}")
+    for family, (family_passed, family_runnable, family_caught, family_ran, family_total) in by_family(records).items():
+        share = family_passed / family_runnable if family_runnable else 0
+        lines.append(f"  {family:<32} fixed {family_passed}/{family_runnable} = {share:.0%}   "
+                     f"caught {family_caught}/{family_ran}   runnable {family_runnable}/{family_total}")
     lines.append("")
     lines.append("failures after fix, by class:")
     for record in runnable:
@@ -472,6 +473,17 @@ def by_family(records: List[Record]) -> Dict[str, Tuple[int, int, int, int, int]
             counts[3] += 1
             counts[2] += record.caught
     return {family: tuple(counts) for family, counts in sorted(families.items())}
+
+
+def _modes_line(record: Record) -> str:
+    """With --compare-modes: the runs trained as written, their time beside the proof's, and any difference."""
+    pairs = [(record.unfixed, record.unfixed_full), (record.fixed, record.fixed_full)]
+    if all(full is None for _proof, full in pairs):
+        return ""
+    differ = [_verdict(proof) != _verdict(full) for proof, full in pairs if full is not None]
+    seconds = lambda index: sum(pair[index].elapsed_s for pair in pairs if pair[1] is not None and pair[0] is not None)  # noqa: E731
+    return (f"\n    as written: unfixed {_short(record.unfixed_full)}, fixed {_short(record.fixed_full)}; "
+            f"proof {seconds(0):.0f} s, as written {seconds(1):.0f} s" + ("  VERDICTS DIFFER" if any(differ) else ""))
 
 
 def _verdict(run: Optional[Run]) -> str:
@@ -542,7 +554,10 @@ def main(argv: Optional[List[str]] = None) -> int:
                 failed = record.fixed is not None and not record.fixed.passed
                 why = f"\n    {(record.fixed.error or _check_summary(record.fixed))[:300]}" if failed else ""
                 print(f"[{number}/{len(paths)}] {record.name}: unfixed {_short(record.unfixed)}, "
-                      f"fixed {_short(record.fixed)} ({time.monotonic() - started:.0f} s){why}", file=sys.stderr, flush=True)
+                      f"fixed {_short(record.fixed)} ({time.monotonic() - started:.0f} s){why}{_modes_line(record)}",
+                      file=sys.stderr, flush=True)
+    except KeyboardInterrupt:  # the report of the notebooks done so far
+        print(f"interrupted: {len(records)} of {len(paths)} notebooks measured", file=sys.stderr)
     finally:
         shutil.rmtree(work_root, ignore_errors=True)
     text, summary = report(records, time.monotonic() - started)
