@@ -53,7 +53,7 @@ def bind_what_the_edits_read(analysis, findings: Sequence[Finding], setup: Seque
                 if name in available or "*" in available or _planned_before(bindings, name, edit.cell, runs_at, inside_function):
                     continue
                 line = _import_for(name, context, module, planned)
-                if line is None and name in scope.given_from_outside:
+                if line is None and (name in scope.given_from_outside or scope.read_anyway(edit.cell, name)):
                     continue
                 if line is None:
                     reason = _("its code would read {name}, which nothing defines where the fix goes").format(name=name)

@@ -142,13 +142,25 @@ class Scope:
             self.order.append(index)
             self.cells[index] = cell_bindings(tree)
         self.everywhere: Set[str] = set().union(*(cell.all for cell in self.cells.values())) if self.cells else set()
-        read = {node.id for cell in self.cells.values() if cell.tree is not None
-                for node in ast.walk(cell.tree) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
+        # name -> where each cell reads it
+        self.reads: Dict[int, Dict[str, List[Position]]] = {}
+        for index, cell in self.cells.items():
+            if cell.tree is not None:
+                places = self.reads[index] = {}
+                for node in ast.walk(cell.tree):
+                    if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+                        places.setdefault(node.id, []).append((node.lineno, node.col_offset))
+        read = {name for places in self.reads.values() for name in places}
         # Names the notebook reads and never binds come from somewhere it does not show (a fragment, %run,
         # a kernel prepared beforehand): code that reads them is no worse than the notebook. With a star
         # import they may come from it instead, and exist only after it.
         unbound = read - self.everywhere - ALWAYS_BOUND
         self.given_from_outside: FrozenSet[str] = frozenset() if "*" in self.everywhere else frozenset(unbound)
+
+    def read_anyway(self, cell: int, name: str) -> bool:
+        """The cell itself reads ``name`` where nothing has bound it (a model made in a later cell, or
+        nowhere with a star import after it): a fix there that reads it too is no worse than the cell."""
+        return any(name not in self.available(cell, place) for place in self.reads.get(cell, {}).get(name, ()))
 
     def available(self, cell: int, position: Position) -> FrozenSet[str]:
         """What code at ``position`` of ``cell`` can read: at module level, what ran before it; in a

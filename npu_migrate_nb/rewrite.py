@@ -56,7 +56,7 @@ def plan_fix(analysis: Analysis, codes: Optional[Set[str]] = None) -> Plan:
     setup_edits = list(setup[3]) if setup is not None else []
     setup_edits.extend(_module_setups(analysis, [edit for edit in edits if edit.cell in modules]))
     if analysis.context is None:
-        return Plan(edits + setup_edits)
+        return Plan(setup_edits + edits)
     imports, refused = bind_what_the_edits_read(analysis, chosen, setup_edits)
     refused_ids = {id(finding) for finding, _reason in refused}
     kept = [edit for finding in chosen if id(finding) not in refused_ids for edit in finding.edits]
@@ -64,7 +64,8 @@ def plan_fix(analysis: Analysis, codes: Optional[Set[str]] = None) -> Plan:
         setup = _setup_for(analysis, [edit for edit in kept if edit.cell not in modules], codes)
         setup_edits = list(setup[3]) if setup is not None else []
         setup_edits.extend(_module_setups(analysis, [edit for edit in kept if edit.cell in modules]))
-    return Plan(imports + kept + setup_edits, refused)
+    # The setup before the fixes: code a fix inserts at the same place may use what it imports.
+    return Plan(imports + setup_edits + kept, refused)
 
 
 def _module_setups(analysis: Analysis, module_edits: Sequence[Edit]) -> List[Edit]:

@@ -107,6 +107,26 @@ def parses(source: str) -> bool:
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
+# A cell reads a model the notebook never makes, and a later cell star-imports the TF1 bridge: the fix's
+# broadcast of that model is no worse than the cell (found by hypothesis: the fix was refused).
+MODEL_NEVER_MADE_AND_A_LATER_STAR_IMPORT = Notebook("<example>", [
+    Cell(0, "code", "import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\n"
+                    "model.compile(optimizer='sgd', loss='mse')\nmodel.fit(train_set, epochs=500)\n"),
+    Cell(1, "code", "import tensorflow.compat.v1 as tf\nfrom npu_bridge.npu_init import *\nsess = tf.Session()\n")])
+
+# The same with the model made in a later cell (the notebook's cells out of order).
+MODEL_MADE_IN_A_LATER_CELL = Notebook("<example>", [
+    Cell(0, "code", "import tensorflow as tf\nmodel.compile('sgd', 'mse')\nmodel.fit(x, y)\n"),
+    Cell(1, "code", "from tensorflow import keras\nmodel = keras.models.Sequential([keras.layers.Dense(1, input_shape=(4,))])\n"
+                    "model.compile(loss='mse', optimizer='sgd')\nmodel.fit(X, y, epochs=2)\n")])
+
+# The adapter imported after TensorFlow, and the setup needs os too: open() goes after the adapter's
+# import, not after TensorFlow's (found by hypothesis: npu undefined).
+ADAPTER_IMPORTED_AFTER_TENSORFLOW = Notebook("<example>", [
+    Cell(0, "code", "batch_size = 64\nrank_size = int(os.getenv('RANK_SIZE', '1'))\n"),
+    Cell(1, "code", "import tensorflow as tf\nimport npu_device as npu\nclass Net(tf.keras.Model):\n    pass\n"
+                    "model = Net()\nmodel.build((None, 4))\nnpu.distribute.broadcast(model.trainable_variables)\n")])
+
 INDENTED_MAGICS_IN_AN_EDITED_CELL = Notebook("<example>", [Cell(0, "code", (
     "import tensorflow as tf\n"
     "def train_input_fn():\n"
@@ -121,6 +141,8 @@ INDENTED_MAGICS_IN_AN_EDITED_CELL = Notebook("<example>", [Cell(0, "code", (
 @SETTINGS
 @given(notebooks())
 @example(INDENTED_MAGICS_IN_AN_EDITED_CELL)
+@example(MODEL_NEVER_MADE_AND_A_LATER_STAR_IMPORT)
+@example(MODEL_MADE_IN_A_LATER_CELL)
 def test_fix_keeps_lines_and_magics_and_parses(notebook):
     analysis = analyze(notebook)
     edits = plan(analysis)
@@ -202,6 +224,28 @@ COMPILED_BEFORE_TENSORFLOW_IS_IMPORTED = Notebook("<example>", [
                     "    tf.keras.layers.Dense(1),\n])\nmodel.compile(optimizer='sgd', loss='mse')\n"),
     Cell(1, "code", "import tempfile\nimport tensorflow as tf\nmodel.compile('sgd', 'mse')\nmodel.fit(x, y)\n"),
 ])
+# A later cell rebinds ``opt`` to Horovod's optimizer with op=Sum: the kept "sum" is judged by no loss,
+# since the custom loop before it applied the earlier ``opt`` (found by hypothesis: a second fix flipped it).
+HOROVOD_SUM_REBINDS_AN_OPTIMIZER = Notebook("<example>", [Cell(0, "code", """import tensorflow as tf
+import npu_device as npu
+npu.open().as_default()
+opt = npu.distribute.npu_distributed_keras_optimizer_wrapper(tf.keras.optimizers.SGD(0.1))
+with tf.GradientTape() as tape:
+    loss = tf.reduce_mean(model(x))
+grads = tape.gradient(loss, model.trainable_variables)
+opt.apply_gradients(zip(grads, model.trainable_variables))
+"""), Cell(1, "code", """import tensorflow.compat.v1 as tf
+import horovod.tensorflow as hvd
+opt = hvd.DistributedOptimizer(tf.train.GradientDescentOptimizer(0.01), op=hvd.Sum)
+""")])
+
+# A fit in the first cell, no import anywhere: the arrays' rank slice inserted there reads ``os``, which
+# the setup imports at the same place, so the setup goes first (found by hypothesis: ``os`` undefined).
+FIT_BEFORE_ANY_IMPORT = Notebook("<example>", [
+    Cell(0, "code", "model.fit(x, y, batch_size=1)\n"),
+    Cell(1, "code", "model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(8,))])\n"
+                    "model.compile(optimizer='sgd', loss='mse')\n")])
+
 # Adversarial training: the input's gradient is neither broadcast nor all-reduced (found by hypothesis).
 ADVERSARIAL_TRAINING = Notebook("<example>", [Cell(0, "code", (
     "import tensorflow as tf\nmodel = tf.keras.applications.ResNet50(weights=None, classes=10)\n"
@@ -220,6 +264,7 @@ ADVERSARIAL_TRAINING = Notebook("<example>", [Cell(0, "code", (
 @example(HOROVOD_TAPE_AND_A_GLOBAL_BATCH_LOSS)
 @example(ONE_OPTIMIZER_FOR_A_LOOP_AND_A_COMPILE)
 @example(THE_ADAPTERS_ALIAS_NOT_IMPORTED)
+@example(HOROVOD_SUM_REBINDS_AN_OPTIMIZER)
 def test_fix_is_idempotent(notebook):
     first = fix_notebook(notebook, analyze(notebook))
     fixed = Notebook(notebook.path, [Cell(c.index, c.cell_type, first.sources.get(c.index, c.source)) for c in notebook.cells])
@@ -232,6 +277,8 @@ def test_fix_is_idempotent(notebook):
 @example(COMPILED_BEFORE_TENSORFLOW_IS_IMPORTED)
 @example(ADVERSARIAL_TRAINING)
 @example(ONE_OPTIMIZER_FOR_A_LOOP_AND_A_COMPILE)
+@example(FIT_BEFORE_ANY_IMPORT)
+@example(ADAPTER_IMPORTED_AFTER_TENSORFLOW)
 def test_fix_keeps_every_invariant(notebook):
     """No new undefined name, no batch of 0, no tensor broadcast, no gradient aggregated twice."""
     for ranks in (2, 8):

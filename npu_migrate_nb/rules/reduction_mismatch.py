@@ -95,7 +95,7 @@ class ReductionMismatch(Rule):
         """The optimizer wrapper all-reduces with ``reduce_reduction`` ("mean" by default) in
         ``apply_gradients``: in a custom loop, the gradients it gets decide which reduction is right."""
         for cell, facts, site in context.facts.calls_to(WRAPPER.qualified):
-            for g_facts, gradient in _gradients_applied_by(context, _names_of_wrapped(site)):
+            for g_facts, gradient in _gradients_applied_by(context, _names_of_wrapped(site), after=(cell, site.node.lineno)):
                 yield from self._mismatch(context, cell, facts, site, g_facts, gradient,
                                           "npu_distributed_keras_optimizer_wrapper", WRAPPER)
                 break
@@ -171,10 +171,14 @@ def wrapper_reduction_for(context, names: set) -> Optional[str]:
     return None
 
 
-def _gradients_applied_by(context, names: set) -> Iterator:
-    """(facts, tape.gradient call) for each ``<name>.apply_gradients(zip(grads, ...))`` of these names."""
-    for _unused, facts, apply in context.facts.calls("apply_gradients"):
+def _gradients_applied_by(context, names: set, after: Optional[tuple] = None) -> Iterator:
+    """(facts, tape.gradient call) for each ``<name>.apply_gradients(zip(grads, ...))`` of these names;
+    ``after``: (cell, line) of the wrapper, so that an optimizer the name held before it is not judged
+    (a later cell that rebinds ``opt`` to a new wrapper, found by hypothesis)."""
+    for cell, facts, apply in context.facts.calls("apply_gradients"):
         if receiver_name(apply) not in names:
+            continue
+        if after is not None and (cell, apply.node.lineno) < after:
             continue
         pairs = apply.argument(0, "grads_and_vars")
         if isinstance(pairs, ast.Call) and isinstance(pairs.func, ast.Name) and pairs.func.id == "zip" and pairs.args:

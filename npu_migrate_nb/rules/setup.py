@@ -126,8 +126,12 @@ def setup_plan(context, needs: AbstractSet[str], module: Optional[int] = None) -
     lines = setup_lines(context, needs, cells)
     if not lines:
         return None
+    opens = f"{context.npu}.open().as_default()" in lines
     only_open = lines == [f"{context.npu}.open().as_default()"]
-    anchor = _anchor(cells, ("npu_device",) if only_open else ("tensorflow", "npu_device"))
+    # open() reads the adapter's name: after the notebook's own npu_device import where it has one, even
+    # when that comes after TensorFlow's (found by hypothesis: open() above the import).
+    anchor = (_import_of(cells, "npu_device") if opens else None) or \
+        _anchor(cells, ("npu_device",) if only_open else ("tensorflow", "npu_device"))
     if anchor is None:
         return None
     cell, facts, stmt, where = anchor
@@ -139,6 +143,15 @@ def setup_plan(context, needs: AbstractSet[str], module: Optional[int] = None) -
     if after:
         edits.append((insert_after if where == "after" else insert_before)(cell, facts, stmt, "\n".join(after)))
     return cell, facts, stmt, edits
+
+
+def _import_of(cells, module: str):
+    """After the first module-level import of ``module`` in ``cells``, or None."""
+    for cell, facts in cells:
+        for fact in facts.imports:
+            if fact.function is None and fact.stmt in facts.tree.body and fact.module.split(".")[0] == module:
+                return cell, facts, fact.stmt, "after"
+    return None
 
 
 def _anchor(cells, modules: Tuple[str, ...]):
