@@ -116,7 +116,9 @@ class NpuMagics(Magics):
         if args.run:
             if args.steps is not None and (args.steps < 0 or args.full):
                 raise UsageError(_("--steps must be at least 0, and is not for --full"))
-            proof_steps = None if args.full else (DEFAULT_PROOF_STEPS if args.steps is None else args.steps)
+            from .sim.runner import proof_steps_of
+
+            proof_steps = proof_steps_of(args)
             return self._run_on_ranks(body, args.np, args.timeout, analysis, args.plain, not args.no_one_card,
                                       proof_steps)
         return self._run_here(body)

@@ -6,7 +6,6 @@ import io
 
 import pytest
 
-from npu_migrate_nb.sim.cluster import Cluster
 from npu_migrate_nb.sim.runner import Runner
 
 from sim_notebooks import write_notebook  # same folder: on sys.path (rootdir-less sim tests)
@@ -19,18 +18,6 @@ TF1_SETUP = ("import numpy as np\nimport tensorflow.compat.v1 as tf\nfrom npu_br
              "tf.disable_v2_behavior()\ntf.reset_default_graph()\ntf.keras.backend.clear_session()")
 ARRAYS = ("rng = np.random.RandomState(0)\nx = rng.rand(2048, 4).astype('float32')\n"
           "y = (x.sum(axis=1, keepdims=True) > 2).astype('float32')")
-
-
-@pytest.fixture(scope="module")
-def tf2_cluster():
-    with Cluster(n=2) as cluster:
-        yield cluster
-
-
-@pytest.fixture(scope="module")
-def tf1_cluster():
-    with Cluster(n=2, tf1=True) as cluster:
-        yield cluster
 
 
 def run(cluster, tmp_path, cells, proof_steps=1):

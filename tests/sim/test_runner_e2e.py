@@ -10,7 +10,6 @@ import sys
 import pytest
 
 from npu_migrate_nb.notebook import load
-from npu_migrate_nb.sim.cluster import Cluster
 from npu_migrate_nb.sim.runner import Runner
 
 pytestmark = pytest.mark.sim
@@ -27,18 +26,6 @@ def run(cluster, name):
 
 def statuses(result):
     return {name: check.status for name, check in result.checks.items()}
-
-
-@pytest.fixture(scope="module")
-def tf2_cluster():
-    with Cluster(n=2) as cluster:
-        yield cluster
-
-
-@pytest.fixture(scope="module")
-def tf1_cluster():
-    with Cluster(n=2, tf1=True) as cluster:
-        yield cluster
 
 
 @pytest.mark.parametrize("name", ["keras_fixed.ipynb", "loop_fixed.ipynb"])
