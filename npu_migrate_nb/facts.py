@@ -422,6 +422,9 @@ _CANONICAL_PREFIXES = (
 
 # The TF2 adapter's documented alias: ``import npu_device as npu``.
 NPU_DEVICE_ALIAS = "npu"
+# TensorFlow's own alias, read as TensorFlow where the notebook never imports it (a fix imports it
+# under this name): else a second analysis, after the fix's import, would see calls the first did not.
+TENSORFLOW_ALIAS = "tf"
 
 # Adapter names that user code often calls bare, after ``from npu_bridge.npu_init import *``.
 NPU_BRIDGE_NAMES = frozenset(
@@ -518,6 +521,8 @@ class NotebookFacts:
             # The adapter's own alias (``import npu_device as npu``), imported where the analysis
             # cannot see it: still the adapter, or a fix would wrap its wrapper a second time.
             qualified = "npu_device." + rest
+        elif head == TENSORFLOW_ALIAS and rest:
+            qualified = "tensorflow." + rest
         else:
             qualified = dotted
         resolved = canonical(qualified)

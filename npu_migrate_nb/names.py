@@ -155,12 +155,54 @@ class Scope:
         # a kernel prepared beforehand): code that reads them is no worse than the notebook. With a star
         # import they may come from it instead, and exist only after it.
         unbound = read - self.everywhere - ALWAYS_BOUND
+        self._function_reads: Optional[Dict[str, Tuple[Set[str], Set[str]]]] = None
         self.given_from_outside: FrozenSet[str] = frozenset() if "*" in self.everywhere else frozenset(unbound)
 
     def read_anyway(self, cell: int, name: str) -> bool:
         """The cell itself reads ``name`` where nothing has bound it (a model made in a later cell, or
-        nowhere with a star import after it): a fix there that reads it too is no worse than the cell."""
-        return any(name not in self.available(cell, place) for place in self.reads.get(cell, {}).get(name, ()))
+        nowhere with a star import after it), also through a function of the notebook it calls at its
+        top level: a fix there that reads it too is no worse than the cell."""
+        if any(name not in self.available(cell, place) for place in self.reads.get(cell, {}).get(name, ())):
+            return True
+        bindings = self.cells.get(cell)
+        if bindings is None or bindings.tree is None:
+            return False
+        for statement in bindings.tree.body:
+            place = (statement.lineno, statement.col_offset)
+            if name not in self.available(cell, place) and name in self._read_by_calls_in(statement):
+                return True
+        return False
+
+    def _read_by_calls_in(self, statement: ast.stmt) -> Set[str]:
+        """The names read by the notebook's functions that ``statement`` calls, and those they call."""
+        functions = self._functions()
+        pending = [node.func.id for node in ast.walk(statement)
+                   if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in functions]
+        seen: Set[str] = set()
+        read: Set[str] = set()
+        while pending:
+            called = pending.pop()
+            if called in seen:
+                continue
+            seen.add(called)
+            names, calls = functions[called]
+            read |= names
+            pending += [other for other in calls if other in functions]
+        return read
+
+    def _functions(self) -> Dict[str, Tuple[Set[str], Set[str]]]:
+        """Module-level function name -> (names its body reads, names it calls)."""
+        if self._function_reads is None:
+            self._function_reads = {}
+            for index in self.order:
+                tree = self.cells[index].tree
+                for node in tree.body if tree is not None else ():
+                    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                        inner = [n for statement in node.body for n in ast.walk(statement)]
+                        reads = {n.id for n in inner if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+                        calls = {n.func.id for n in inner if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+                        self._function_reads[node.name] = (reads - function_locals(node), calls)
+        return self._function_reads
 
     def available(self, cell: int, position: Position) -> FrozenSet[str]:
         """What code at ``position`` of ``cell`` can read: at module level, what ran before it; in a

@@ -14,7 +14,7 @@ from .base import Example, Rule, add_argument, insert_after, keras_prefix, repla
 from .not_data_parallel import trained_agents
 from .keras_defaults import KERAS_DEFAULT_OPTIMIZER, default_optimizer_argument
 from .reduction import SUM, reduction_for
-from .reduction_mismatch import wrapper_reduction_for
+from .reduction_mismatch import gradients_of_wrapped_optimizers, wrapper_reduction_for
 from .sources import applied_by_the_compiled_optimizer, not_variables
 
 TF1_WRAPPER = "npu_distributed_optimizer_wrapper"
@@ -678,9 +678,12 @@ class MissingAllreduce(Rule):
 
     # -- TF2 custom loops: all-reduce right after tape.gradient
     def _all_reduce_gradients(self, context) -> Iterator[Finding]:
+        aggregated = gradients_of_wrapped_optimizers(context)
         for cell, facts, site in context.facts.calls("gradient"):
             if site.receiver is None or len(site.node.args) + len(site.node.keywords) < 2:
                 continue
+            if id(site.node) in aggregated:
+                continue  # applied by a wrapped optimizer, which all-reduces them (another loop is not)
             sources = site.argument(1, "sources")
             if sources is not None and not_variables(context, facts, site, sources):
                 continue  # an input's gradient: each rank's own samples, not to be averaged across ranks

@@ -88,7 +88,13 @@ def batch_is_split(context) -> bool:
     """Is the global batch split across ranks (shard_and_rebatch_dataset, or a batch divided by the rank size)?"""
     if any(context.facts.calls_to(K.SHARD_AND_REBATCH)):
         return True
+    # ``.batch(rank_size, drop_remainder=True).unbatch()`` aligns a shard to whole rounds of ranks (the
+    # shard fix of an ordered series): the elements come out one by one, no batch is split.
+    unbatched = {id(site.node.func.value) for _unused, _unused, site in context.facts.calls("unbatch")
+                 if isinstance(site.node.func, ast.Attribute)}
     for _unused, _unused, site in context.facts.calls(*K.BATCH_METHODS):
+        if id(site.node) in unbatched:
+            continue
         size = site.argument(0, "batch_size")
         if size is not None and (rank_size_mention(size, context) or _is_rank_batch_name(size)):
             return True

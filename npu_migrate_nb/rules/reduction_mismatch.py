@@ -163,6 +163,16 @@ def _names_of_wrapped(site: CallSite) -> set:
     return names
 
 
+def gradients_of_wrapped_optimizers(context) -> set:
+    """The ids of the tape.gradient calls whose result a wrapped optimizer applies: the wrapper
+    all-reduces them in ``apply_gradients``, so an all_reduce as well would aggregate them twice."""
+    found = set()
+    for cell, _facts, site in context.facts.calls_to(WRAPPER.qualified):
+        for _g_facts, gradient in _gradients_applied_by(context, _names_of_wrapped(site), after=(cell, site.node.lineno)):
+            found.add(id(gradient.node))
+    return found
+
+
 def wrapper_reduction_for(context, names: set) -> Optional[str]:
     """The reduction a wrapper of the optimizer these names hold needs, when a custom loop applies
     gradients with it (the loss decides, as for all_reduce); None when none does."""

@@ -155,8 +155,11 @@ def _import_of(cells, module: str):
 
 
 def _anchor(cells, modules: Tuple[str, ...]):
-    """After the first import of one of ``modules`` in ``cells``; else after the first import; else at the top."""
+    """After the first import of one of ``modules`` in ``cells``; else after the first import when it is
+    in the first cell that runs code, among the imports it starts with; else at the top of that cell (a later cell's ``import shutil`` is
+    too late for the adapter's names the first cell reads: found by hypothesis)."""
     first_import = None
+    first_code_cell = _first_code_cell(cells)
     for cell, facts in cells:
         for fact in facts.imports:
             if fact.function is not None or fact.stmt not in facts.tree.body:
@@ -165,13 +168,33 @@ def _anchor(cells, modules: Tuple[str, ...]):
                 return cell, facts, fact.stmt, "after"
             if first_import is None:
                 first_import = (cell, facts, fact.stmt, "after")
-    if first_import is not None:
+    if first_import is not None and first_import[0] == first_code_cell and _leads_its_cell(first_import):
         return first_import
     for cell, facts in cells:
-        body = [stmt for stmt in facts.tree.body if not is_docstring_or_future(stmt) and not facts.is_ipython_line(stmt)]
+        body = _code_of(facts)
         if body:
             return cell, facts, body[0], "before"
     return None
+
+
+def _leads_its_cell(anchor) -> bool:
+    """Is the import among the imports a cell starts with? One after other code (``import shutil`` in
+    the middle of an export) may sit in a block a fix wraps in ``if rank_id == 0:`` (found by hypothesis)."""
+    _cell, facts, stmt, _where = anchor
+    for code in _code_of(facts):
+        if code is stmt:
+            return True
+        if not isinstance(code, (ast.Import, ast.ImportFrom)):
+            return False
+    return False
+
+
+def _code_of(facts) -> list:
+    return [stmt for stmt in facts.tree.body if not is_docstring_or_future(stmt) and not facts.is_ipython_line(stmt)]
+
+
+def _first_code_cell(cells) -> Optional[int]:
+    return next((cell for cell, facts in cells if _code_of(facts)), None)
 
 
 def is_docstring_or_future(stmt: ast.stmt) -> bool:
