@@ -26,6 +26,7 @@ from .base import (
     top_level_statement,
 )
 from .tf_distribute import dataset_functions_owned
+from .tfds_containers import first_batch, holders, returns_a_container, training_splits
 from .training_reach import feeds_no_training
 
 RANK_BATCH = "rank_batch_size"
@@ -539,6 +540,77 @@ class MissingShard(Rule):
             "        batch_data = train_dataset[int(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', '1'))][offset:(offset + batch_size), :]\n"
             "        session.run(train_op, feed_dict={x: batch_data, y: train_labels[int(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', '1'))][offset:(offset + batch_size)]})\n",
         ),
+        # tfds.load returning splits together (a list with its info, a dict): the training split is sharded where it
+        # comes out and its batch split (issue 34: a .shard on the call failed on the tuple).
+        Example(
+            'import tensorflow as tf\n'
+            'import tensorflow_datasets as tfds\n'
+            "(ds_train, ds_val, ds_test), info = tfds.load('tf_flowers', split=['train[:80%]', 'train[80%:90%]', 'train[90%:]'], as_supervised=True, with_info=True)\n"
+            'ds_train = ds_train.map(resize).shuffle(1000).batch(32)\n'
+            "model.compile(optimizer='adam', loss='sparse_categorical_crossentropy')\n"
+            'model.fit(ds_train, validation_data=ds_val.batch(32), epochs=2)\n',
+            'import tensorflow as tf\n'
+            'import os\n'
+            'import tensorflow_datasets as tfds\n'
+            "(ds_train, ds_val, ds_test), info = tfds.load('tf_flowers', split=['train[:80%]', 'train[80%:90%]', 'train[90%:]'], as_supervised=True, with_info=True)\n"
+            "ds_train = ds_train.shard(int(os.getenv('RANK_SIZE', '1')), int(os.getenv('RANK_ID', '0')))\n"
+            "ds_train = ds_train.map(resize).shuffle(1000).batch(32 // int(os.getenv('RANK_SIZE', '1')))\n"
+            "model.compile(optimizer='adam', loss='sparse_categorical_crossentropy')\n"
+            'model.fit(ds_train, validation_data=ds_val.batch(32), epochs=2)\n',
+        ),
+        # Every split in a dict: the one taken out for training.
+        Example(
+            'import tensorflow as tf\n'
+            'import tensorflow_datasets as tfds\n'
+            "datasets, info = tfds.load('mnist', with_info=True, as_supervised=True)\n"
+            "mnist_train, mnist_test = datasets['train'], datasets['test']\n"
+            'train_dataset = mnist_train.map(scale).cache().shuffle(10000).batch(64)\n'
+            "model.compile(optimizer='adam', loss='sparse_categorical_crossentropy')\n"
+            'model.fit(train_dataset, epochs=2)\n',
+            'import tensorflow as tf\n'
+            'import os\n'
+            'import tensorflow_datasets as tfds\n'
+            "datasets, info = tfds.load('mnist', with_info=True, as_supervised=True)\n"
+            "datasets['train'] = datasets['train'].shard(int(os.getenv('RANK_SIZE', '1')), int(os.getenv('RANK_ID', '0')))\n"
+            "mnist_train, mnist_test = datasets['train'], datasets['test']\n"
+            "train_dataset = mnist_train.map(scale).cache().shuffle(10000).batch(64 // int(os.getenv('RANK_SIZE', '1')))\n"
+            "model.compile(optimizer='adam', loss='sparse_categorical_crossentropy')\n"
+            'model.fit(train_dataset, epochs=2)\n',
+        ),
+        # Batched by tfds.load itself: the load's batch is split, the training split sharded.
+        Example(
+            'import tensorflow as tf\n'
+            'import tensorflow_datasets as tfds\n'
+            "train_data, test_data = tfds.load('mnist', split=['train[:5000]', 'test[:5000]'], batch_size=128, as_supervised=True)\n"
+            "model.compile(optimizer='adam', loss='sparse_categorical_crossentropy')\n"
+            'model.fit(train_data, epochs=2)\n',
+            'import tensorflow as tf\n'
+            'import os\n'
+            'import tensorflow_datasets as tfds\n'
+            "train_data, test_data = tfds.load('mnist', split=['train[:5000]', 'test[:5000]'], batch_size=128 // int(os.getenv('RANK_SIZE', '1')), as_supervised=True)\n"
+            "train_data = train_data.shard(int(os.getenv('RANK_SIZE', '1')), int(os.getenv('RANK_ID', '0')))\n"
+            "model.compile(optimizer='adam', loss='sparse_categorical_crossentropy')\n"
+            'model.fit(train_data, epochs=2)\n',
+        ),
+        # A list kept whole and indexed: the index the training name takes.
+        Example(
+            'import tensorflow as tf\n'
+            'import tensorflow_datasets as tfds\n'
+            "ds_split, info = tfds.load('penguins/processed', split=['train[:20%]', 'train[20%:]'], as_supervised=True, with_info=True)\n"
+            'ds_test = ds_split[0]\n'
+            'ds_train = ds_split[1].batch(32)\n'
+            "model.compile(optimizer='adam', loss='sparse_categorical_crossentropy')\n"
+            'model.fit(ds_train, epochs=2)\n',
+            'import tensorflow as tf\n'
+            'import os\n'
+            'import tensorflow_datasets as tfds\n'
+            "ds_split, info = tfds.load('penguins/processed', split=['train[:20%]', 'train[20%:]'], as_supervised=True, with_info=True)\n"
+            "ds_split[1] = ds_split[1].shard(int(os.getenv('RANK_SIZE', '1')), int(os.getenv('RANK_ID', '0')))\n"
+            'ds_test = ds_split[0]\n'
+            "ds_train = ds_split[1].batch(32 // int(os.getenv('RANK_SIZE', '1')))\n"
+            "model.compile(optimizer='adam', loss='sparse_categorical_crossentropy')\n"
+            'model.fit(ds_train, epochs=2)\n',
+        ),
     ]
 
     def prepare(self, context) -> None:
@@ -564,6 +636,9 @@ class MissingShard(Rule):
                 continue  # a dataset that only shows an API: the training reads something else
             if site.method == "from_tensors":
                 continue  # one element: a shard would leave the other ranks nothing (ONE_ELEMENT_REASON)
+            if returns_a_container(context, site):
+                findings.append(self._shard_training_split(context, cell, facts, site))
+                continue
             findings.append(self._shard_pipeline(context, cell, facts, site))
         for cell, facts, site in _io_read_sessions(context):
             if not _for_evaluation(facts, site):
@@ -624,6 +699,41 @@ class MissingShard(Rule):
         return self.finding(
             cell, facts, source.node,
             _("every rank reads the same data: {how}{split}{note}").format(how=how, split=split, note=note), edits,
+        )
+
+    def _shard_training_split(self, context, cell, facts: CellFacts, load: CallSite) -> Finding:
+        """``tfds.load`` returning splits together (a dict, a list, with its info): the training split
+        is sharded where it comes out, and its batch split (issue 34)."""
+        splits = training_splits(context, load)
+        if not splits:
+            return self.finding(cell, facts, load.node, _(
+                "every rank reads the same data: this tfds.load returns several splits together and which one "
+                "trains could not be told: shard the training split with .shard(RANK_SIZE, RANK_ID) where it is "
+                "taken out, and split its global batch across ranks"), [])
+        shards = [f"{split.expression} = {split.expression}.shard({K.RANK_SIZE_EXPR}, {K.RANK_ID_EXPR})"
+                  for split in splits]
+        edits = [insert_after(cell, facts, load.stmt, "\n".join(shards), [NEEDS_OS])]
+        batch_edits: List[Edit] = []
+        size = load.keyword("batch_size")
+        if context.facts.imports_module("horovod"):
+            pass  # Horovod's batch is per rank already: shard, keep the batch
+        elif size is not None:
+            if global_batch_value(context, size.value) != -1:
+                batch_edits = _divided(context, cell, facts, size.value, K.RANK_SIZE_EXPR, [NEEDS_OS])
+        else:
+            for split in splits:
+                found = first_batch(context, holders(context.facts, split), (cell, load.stmt.end_lineno), split.subscript)
+                batch_size = _batch_argument(found[2]) if found is not None else None
+                if batch_size is not None:
+                    batch_edits += _divided(context, found[0], found[1], batch_size, K.RANK_SIZE_EXPR, [NEEDS_OS])
+        context.shard_fix_splits_batch |= bool(batch_edits)
+        return self.finding(
+            cell, facts, load.node,
+            _("every rank reads the same data: this tfds.load returns several splits together, so shard the "
+              "training one where it comes out ({split}){batch}").format(
+                split=", ".join(split.expression for split in splits),
+                batch=_(", and split its global batch across ranks") if batch_edits else ""),
+            edits + batch_edits,
         )
 
     def _shard_by_rank(self, context, cell, facts: CellFacts, shard: CallSite, batch: Optional[CallSite]) -> Finding:
