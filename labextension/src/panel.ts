@@ -392,6 +392,9 @@ export class NpuPanel extends Widget {
     }
     parts.push(...this.failedCell(job));
     if (job.result) {
+      // Above the checks: the table's evidence wraps tall in a narrow panel, and what proof mode cut
+      // short qualifies every verdict below it.
+      parts.push(...this.shortened(job.result.proof));
       const table = element('table', { class: 'npu-checks' });
       for (const [name, check] of Object.entries(job.result.check_details)) {
         table.append(
@@ -405,7 +408,6 @@ export class NpuPanel extends Widget {
         );
       }
       parts.push(table);
-      parts.push(...this.shortened(job.result.proof));
     }
     this.simulation.replaceChildren(...parts);
   }

@@ -81,6 +81,9 @@ def test_analyze_apply_undo_and_simulate_from_the_panel(lab, browser):
     assert "Epoch" in panel.locator(".npu-rank pre").first.inner_text()  # rank 0 is open
     proof = panel.locator(".npu-proof-call")  # proof mode, Simulate's default: the fit was shortened
     assert proof.count() == 1 and re.search(r"keras fit: 3 of \d+ steps", proof.inner_text()), panel.inner_text()
+    # Above the checks it qualifies, not under their tall evidence column.
+    assert panel.evaluate("p => !!(p.querySelector('.npu-proof').compareDocumentPosition("
+                          "p.querySelector('.npu-checks')) & Node.DOCUMENT_POSITION_FOLLOWING)")
     page.screenshot(path=str(ARTIFACTS / "panel-simulated.png"))
     page.close()
 
