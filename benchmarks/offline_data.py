@@ -395,6 +395,8 @@ def _installed(requirement: str) -> bool:
         return False
     if name.lower().replace("_", "-") in _TENSORFLOW_FLAVOURS:
         name = "tensorflow-cpu"
+    elif name.lower().replace("_", "-") == "tfds-nightly":  # TensorFlow Datasets' nightly: the one installed
+        name = "tensorflow-datasets"
     try:
         importlib.metadata.distribution(name)
     except importlib.metadata.PackageNotFoundError:

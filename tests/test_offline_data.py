@@ -1,0 +1,40 @@
+"""The corpus benchmark's offline stand-ins for downloads: what a notebook installs or loads is
+answered from what is here, in the real formats, or the notebook is left out with the reason."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+
+import offline_data  # noqa: E402
+
+
+def test_pip_install_lines_are_read_as_pip_reads_them():
+    assert offline_data.pip_installs("pip install -q tensorflow-datasets 'keras>=2'") == ["tensorflow-datasets", "keras>=2"]
+    assert offline_data.pip_installs("python -m pip install -U tfds-nightly") == ["tfds-nightly"]
+    assert offline_data.pip_installs("pip list") is None
+    assert offline_data.pip_installs("ls -la") is None
+
+
+def test_nightlies_are_the_installed_packages():
+    assert offline_data._installed("tf-nightly")
+    assert offline_data._installed("tfds-nightly")  # TensorFlow Datasets' nightly (custom_training_walkthrough)
+    assert not offline_data._installed("surely-not-a-package-here")
+
+
+def test_tfds_load_of_every_split_gives_the_catalog_names_offline():
+    code = (
+        "import sys; sys.path.insert(0, %r)\n"
+        "import offline_data\n"
+        "offline_data._mock_tensorflow_datasets()\n"
+        "import tensorflow_datasets as tfds\n"
+        "datasets, info = tfds.load('mnist', with_info=True, as_supervised=True)\n"
+        "cycle = tfds.load('cycle_gan/horse2zebra', as_supervised=True)\n"
+        "print(sorted(datasets), sorted(cycle), info.splits['train'].num_examples, len(list(datasets['train'])))\n"
+    ) % str(BENCHMARKS)
+    printed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300).stdout
+    assert printed.strip().splitlines()[-1] == (
+        f"['test', 'train'] ['testA', 'testB', 'trainA', 'trainB'] {offline_data.TFDS_EXAMPLES} {offline_data.TFDS_EXAMPLES}")
