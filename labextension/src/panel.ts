@@ -403,7 +403,7 @@ export class NpuPanel extends Widget {
             { 'data-check': name },
             element('td', { class: 'npu-check-name' }, this.checkName(name)),
             element('td', {}, element('span', { class: `npu-check npu-check-${check.status}` }, checkWords(check.status, this.trans))),
-            element('td', {}, check.detail)
+            element('td', { class: 'npu-check-detail' }, check.detail)
           )
         );
       }

@@ -81,7 +81,10 @@ def test_analyze_apply_undo_and_simulate_from_the_panel(lab, browser):
     assert "Epoch" in panel.locator(".npu-rank pre").first.inner_text()  # rank 0 is open
     proof = panel.locator(".npu-proof-call")  # proof mode, Simulate's default: the fit was shortened
     assert proof.count() == 1 and re.search(r"keras fit: 3 of \d+ steps", proof.inner_text()), panel.inner_text()
-    # Above the checks it qualifies, not under their tall evidence column.
+    # Every verdict inside the panel, not pushed past its edge by the evidence.
+    right = panel.bounding_box()["x"] + panel.bounding_box()["width"]
+    assert all(b["x"] + b["width"] <= right + 1 for b in (badge.bounding_box() for badge in panel.locator(".npu-checks .npu-check").all()))
+    # Above the checks it qualifies, not under their evidence.
     assert panel.evaluate("p => !!(p.querySelector('.npu-proof').compareDocumentPosition("
                           "p.querySelector('.npu-checks')) & Node.DOCUMENT_POSITION_FOLLOWING)")
     page.screenshot(path=str(ARTIFACTS / "panel-simulated.png"))
