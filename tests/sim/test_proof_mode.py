@@ -59,10 +59,24 @@ def test_keras_fit_of_many_epochs_with_validation_stops_after_the_proof(tf2_clus
            "                    validation_data=(x[:512], y[:512]), verbose=0)")
     result = run(tf2_cluster, tmp_path, [TF2_SETUP + "\nimport os", ARRAYS, KERAS_MODEL, fit])
     assert on_every_rank(tf2_cluster, "int(model.optimizer.iterations)") == [BUDGET, BUDGET]
-    assert on_every_rank(tf2_cluster, "len(history.history['val_loss'])") == [1, 1]  # one epoch, validated
+    # One epoch ran, validated; the History is as long as written, the epochs that did not run NaN.
+    assert on_every_rank(tf2_cluster, "len(history.history['val_loss']), int(np.isfinite(history.history['val_loss']).sum())") == [(50, 1), (50, 1)]
+    assert on_every_rank(tf2_cluster, "history.epoch == list(range(50))") == [True, True]
     assert on_every_rank(tf2_cluster, "int(model._test_counter)") == [BUDGET, BUDGET]  # validation capped
     assert shortened(result) == [(3, "keras fit", BUDGET, 50 * 64, False)]
     assert {check.status for check in result.checks.values()} == {"pass"}
+
+
+def test_a_learning_rate_sweep_plotted_against_its_rates_runs_on(tf2_cluster, tmp_path):
+    # The courses' sweep: 100 epochs, one rate each, then the losses against the rates (shapes must agree).
+    sweep = ("rank_size, rank_id = int(os.environ['RANK_SIZE']), int(os.environ['RANK_ID'])\n"
+             "schedule = tf.keras.callbacks.LearningRateScheduler(lambda epoch: 1e-8 * 10 ** (epoch / 20))\n"
+             "history = model.fit(x[rank_id::rank_size], y[rank_id::rank_size], epochs=100, callbacks=[schedule], verbose=0)\n"
+             "lrs = 1e-8 * (10 ** (np.arange(100) / 20))\n"
+             "curve = np.stack([lrs, np.array(history.history['loss'])])\n"
+             "best = lrs[np.nanargmin(history.history['loss'])]")
+    run(tf2_cluster, tmp_path, [TF2_SETUP + "\nimport os", ARRAYS, KERAS_MODEL, sweep])
+    assert on_every_rank(tf2_cluster, "curve.shape, int(model.optimizer.iterations)") == [((2, 100), BUDGET)] * 2
 
 
 def test_keras_fit_on_an_endless_dataset_and_evaluate_stop_but_predict_does_not(tf2_cluster, tmp_path):
