@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import ast
+import builtins
 from typing import Iterable, Iterator, List, Optional, Tuple
 
 from .. import knowledge as K
 from ..facts import CallSite, CellFacts, chain_root_name, dotted_name, receiver_name
 from ..findings import NEEDS_NPU_BRIDGE, NEEDS_NPU_DEVICE, NEEDS_OS, Finding
 from ..i18n import _
+from ..names import function_locals
 from .not_data_parallel import trained_agents
 from .sources import applied_by_the_compiled_optimizer, makes_a_tensor, not_variables, target_position
 from .base import (
@@ -87,6 +89,37 @@ class MissingBroadcast(Rule):
     ]
 
     INVALID = [
+        # The variables a local of the step made from top-level names (TensorFlow-Examples' raw networks): the
+        # same expression broadcast before the loop that calls the step (issue 34).
+        Example(
+            'import tensorflow as tf\n'
+            'import npu_device as npu\n'
+            'npu.open().as_default()\n'
+            "weights = {'h1': tf.Variable(tf.random.normal([784, 128])), 'out': tf.Variable(tf.random.normal([128, 10]))}\n"
+            "biases = {'b1': tf.Variable(tf.zeros([128])), 'out': tf.Variable(tf.zeros([10]))}\n"
+            'def run_optimization(x, y):\n'
+            '    with tf.GradientTape() as g:\n'
+            '        loss = cross_entropy(neural_net(x), y)\n'
+            '    trainable_variables = list(weights.values()) + list(biases.values())\n'
+            '    gradients = g.gradient(loss, trainable_variables)\n'
+            '    optimizer.apply_gradients(zip(gradients, trainable_variables))\n'
+            'for step, (batch_x, batch_y) in enumerate(train_data.take(training_steps), 1):\n'
+            '    run_optimization(batch_x, batch_y)\n',
+            'import tensorflow as tf\n'
+            'import npu_device as npu\n'
+            'npu.open().as_default()\n'
+            "weights = {'h1': tf.Variable(tf.random.normal([784, 128])), 'out': tf.Variable(tf.random.normal([128, 10]))}\n"
+            "biases = {'b1': tf.Variable(tf.zeros([128])), 'out': tf.Variable(tf.zeros([10]))}\n"
+            'def run_optimization(x, y):\n'
+            '    with tf.GradientTape() as g:\n'
+            '        loss = cross_entropy(neural_net(x), y)\n'
+            '    trainable_variables = list(weights.values()) + list(biases.values())\n'
+            '    gradients = g.gradient(loss, trainable_variables)\n'
+            '    optimizer.apply_gradients(zip(gradients, trainable_variables))\n'
+            'npu.distribute.broadcast(list(weights.values()) + list(biases.values()))\n'
+            'for step, (batch_x, batch_y) in enumerate(train_data.take(training_steps), 1):\n'
+            '    run_optimization(batch_x, batch_y)\n',
+        ),
         # Adversarial training: the model's variables are broadcast, not the images whose gradient is
         # taken too (the real broadcast assigns into variables: given a tensor it fails on the cards).
         Example(
@@ -534,7 +567,8 @@ class MissingBroadcast(Rule):
             code = f"{context.npu}.distribute.broadcast({variables_code})"
             anchor = _broadcast_anchor(context, cell, facts, site, variables)
             if anchor is not None and _local_to_the_function(context, facts, site, variables):
-                passed = _as_passed_at_the_top_level(context, cell, facts, site, variables)
+                passed = _as_passed_at_the_top_level(context, cell, facts, site, variables) or \
+                    _made_from_top_level_names(context, facts, site, variables)
                 if passed is not None:
                     p_cell, p_facts, p_stmt, p_code = passed
                     p_code = f"{context.npu}.distribute.broadcast({p_code})"
@@ -975,6 +1009,31 @@ def _as_passed_at_the_top_level(context, cell, facts, site: CallSite, variables:
         if bound and not all(makes_a_tensor(context, a.value) for a in bound):
             code = ".".join([given.id, *reversed(chain)])
             return c_cell, c_facts, top_level_statement(c_facts, call.stmt), code
+    return None
+
+
+def _made_from_top_level_names(context, facts: CellFacts, site: CallSite, variables: ast.expr):
+    """(cell, facts, statement, code) when ``variables`` is a local of the step function made once from
+    names of the notebook's top level only (``trainable_variables = list(weights.values()) +
+    list(biases.values())``, TensorFlow-Examples' raw networks): the same expression, broadcast before
+    the top-level statement that calls the step; else None."""
+    if not isinstance(variables, ast.Name) or site.function is None:
+        return None
+    made = [a for a in facts.assignments.get(variables.id, ()) if a.function == site.function]
+    if len(made) != 1 or made[0].tuple_target:
+        return None
+    value = made[0].value
+    read = {node.id for node in ast.walk(value) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
+    function = facts.functions.get(site.function)
+    if function is None or read & function_locals(function):
+        return None
+    top_level = {name for name in read if name in context.facts.aliases or
+                 any(a.function is None for _u, _u2, a in context.facts.assignments(name))}
+    if read - top_level - set(dir(builtins)):
+        return None
+    for c_cell, c_facts, call in context.facts.calls(site.function):
+        if call.dotted == site.function and call.function is None:
+            return c_cell, c_facts, top_level_statement(c_facts, call.stmt), facts.segment(value)
     return None
 
 
