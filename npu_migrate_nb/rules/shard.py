@@ -26,7 +26,7 @@ from .base import (
     top_level_statement,
 )
 from .tf_distribute import dataset_functions_owned
-from .tfds_containers import first_batch, holders, returns_a_container, training_splits
+from .tfds_containers import files_shuffled_alike, first_batch, holders, returns_a_container, training_splits
 from .training_reach import feeds_no_training
 
 RANK_BATCH = "rank_batch_size"
@@ -611,6 +611,24 @@ class MissingShard(Rule):
             "model.compile(optimizer='adam', loss='sparse_categorical_crossentropy')\n"
             'model.fit(ds_train, epochs=2)\n',
         ),
+        # Files shuffled by tfds.load: with one seed on every rank, or each rank's own file order before the
+        # shard gives ranks overlapping samples.
+        Example(
+            'import tensorflow as tf\n'
+            'import tensorflow_datasets as tfds\n'
+            "(ds_train, ds_test), ds_info = tfds.load('mnist', split=['train', 'test'], shuffle_files=True, as_supervised=True, with_info=True)\n"
+            "ds_train = ds_train.map(normalize_img).cache().shuffle(ds_info.splits['train'].num_examples).batch(128)\n"
+            "model.compile(optimizer='adam', loss='sparse_categorical_crossentropy')\n"
+            'model.fit(ds_train, epochs=6, validation_data=ds_test.batch(128))\n',
+            'import tensorflow as tf\n'
+            'import os\n'
+            'import tensorflow_datasets as tfds\n'
+            "(ds_train, ds_test), ds_info = tfds.load('mnist', split=['train', 'test'], shuffle_files=True, as_supervised=True, with_info=True, read_config=tfds.ReadConfig(shuffle_seed=1234))\n"
+            "ds_train = ds_train.shard(int(os.getenv('RANK_SIZE', '1')), int(os.getenv('RANK_ID', '0')))\n"
+            "ds_train = ds_train.map(normalize_img).cache().shuffle(ds_info.splits['train'].num_examples).batch(128 // int(os.getenv('RANK_SIZE', '1')))\n"
+            "model.compile(optimizer='adam', loss='sparse_categorical_crossentropy')\n"
+            'model.fit(ds_train, epochs=6, validation_data=ds_test.batch(128))\n',
+        ),
     ]
 
     def prepare(self, context) -> None:
@@ -713,6 +731,9 @@ class MissingShard(Rule):
         shards = [f"{split.expression} = {split.expression}.shard({K.RANK_SIZE_EXPR}, {K.RANK_ID_EXPR})"
                   for split in splits]
         edits = [insert_after(cell, facts, load.stmt, "\n".join(shards), [NEEDS_OS])]
+        seeded = files_shuffled_alike(context, load)
+        if seeded is not None:
+            edits.append(add_argument(cell, facts, load.node, seeded))
         batch_edits: List[Edit] = []
         size = load.keyword("batch_size")
         if context.facts.imports_module("horovod"):
@@ -732,7 +753,9 @@ class MissingShard(Rule):
             _("every rank reads the same data: this tfds.load returns several splits together, so shard the "
               "training one where it comes out ({split}){batch}").format(
                 split=", ".join(split.expression for split in splits),
-                batch=_(", and split its global batch across ranks") if batch_edits else ""),
+                batch=_(", and split its global batch across ranks") if batch_edits else "")
+            + (_("; its files are shuffled with seed {seed} on every rank (each rank's own file order before "
+                 "the shard gives ranks overlapping samples)").format(seed=K.SHARED_SEED) if seeded else ""),
             edits + batch_edits,
         )
 

@@ -128,6 +128,19 @@ def _chain_base(node: Optional[ast.AST]) -> Optional[ast.AST]:
     return node
 
 
+def files_shuffled_alike(context, load: CallSite) -> Optional[str]:
+    """``read_config=tfds.ReadConfig(shuffle_seed=...)`` for a load that shuffles its files with no read
+    config of its own: unseeded, each rank reads the files in an order of its own, and a shard of those
+    streams gives ranks overlapping samples. None when nothing is to add."""
+    shuffled = load.keyword("shuffle_files")
+    if shuffled is None or not (isinstance(shuffled.value, ast.Constant) and shuffled.value.value is True):
+        return None
+    if load.keyword("read_config") is not None:
+        return None
+    tfds = context.facts.alias_for("tensorflow_datasets")
+    return f"read_config={tfds}.ReadConfig(shuffle_seed={K.SHARED_SEED})" if tfds else None
+
+
 def _pairs(target: ast.expr, value: ast.expr) -> List[Tuple[str, ast.expr]]:
     if isinstance(target, ast.Name):
         return [(target.id, value)]
