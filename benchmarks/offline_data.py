@@ -243,7 +243,39 @@ def install(home: str) -> None:
     os.environ["HOME"] = home
     _serve_loaders_from(os.path.join(home, ".keras"))
     _mock_tensorflow_datasets()
+    _serve_tf1_mnist_loader()
     _answer_pip_offline()
+
+
+_TF1_MNIST = "tensorflow.examples.tutorials.mnist"
+
+
+def _serve_tf1_mnist_loader() -> None:
+    """``from tensorflow.examples.tutorials.mnist import input_data``: TensorFlow 1.15's loader
+    (``tf1_mnist_input_data``), where the installed TensorFlow has none (never over a real one)."""
+    import importlib.util
+    import sys
+    import types
+
+    try:
+        if importlib.util.find_spec("tensorflow.examples") is not None:
+            return
+    except ImportError:
+        return  # no TensorFlow
+    here = os.path.dirname(os.path.abspath(__file__))
+    spec = importlib.util.spec_from_file_location(_TF1_MNIST + ".input_data", os.path.join(here, "tf1_mnist_input_data.py"))
+    loader = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loader)
+    parent = None
+    for name in ("tensorflow.examples", "tensorflow.examples.tutorials", _TF1_MNIST):
+        package = types.ModuleType(name)
+        package.__path__ = []
+        sys.modules[name] = package
+        if parent is not None:
+            setattr(parent, name.rsplit(".", 1)[1], package)
+        parent = package
+    parent.input_data = loader
+    sys.modules[_TF1_MNIST + ".input_data"] = loader
 
 
 # Examples per split of a mocked TensorFlow Datasets dataset: a few hundred steps of a small batch.

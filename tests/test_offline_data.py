@@ -38,3 +38,19 @@ def test_tfds_load_of_every_split_gives_the_catalog_names_offline():
     printed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300).stdout
     assert printed.strip().splitlines()[-1] == (
         f"['test', 'train'] ['testA', 'testB', 'trainA', 'trainB'] {offline_data.TFDS_EXAMPLES} {offline_data.TFDS_EXAMPLES}")
+
+
+def test_tensorflow_1s_mnist_loader_is_served_where_tensorflow_has_none(tmp_path):
+    code = (
+        "import sys; sys.path.insert(0, %r)\n"
+        "import offline_data\n"
+        "offline_data.install(offline_data.home_for(%r, {'mnist': 0.1}))\n"
+        "from tensorflow.examples.tutorials.mnist import input_data\n"
+        "mnist = input_data.read_data_sets('/tmp/data/', one_hot=True)\n"
+        "x, y = mnist.train.next_batch(700)\n"
+        "x, y = mnist.train.next_batch(700)  # past the end of an epoch: the rest, then a new shuffle\n"
+        "print(x.shape, x.dtype, float(x.max()) <= 1.0, y.shape, mnist.train.num_examples,\n"
+        "      mnist.train.epochs_completed, mnist.validation.num_examples, mnist.test.images.shape)\n"
+    ) % (str(BENCHMARKS), str(tmp_path))
+    printed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert printed.stdout.strip().splitlines()[-1] == "(700, 784) float32 True (700, 10) 1000 1 5000 (1000, 784)", printed.stderr[-2000:]
