@@ -102,6 +102,8 @@ BATCHED_SOURCES = frozenset(
 # The seed a fix gives a shuffle that comes before the shard: the same on every rank, so that the ranks'
 # shards of one permutation are disjoint.
 SHARED_SEED = 1234
+# TensorFlow 1's MNIST loader (TensorFlow-Examples and the courses of the TF 1 era feed its batches).
+TF1_MNIST_READ_DATA_SETS = "tensorflow.examples.tutorials.mnist.input_data.read_data_sets"
 # Names that mark data used only for evaluation; those pipelines are not sharded.
 EVALUATION_WORDS = ("eval", "test", "valid", "val_", "predict")  # names of data no rank trains on
 

@@ -629,6 +629,29 @@ class MissingShard(Rule):
             "model.compile(optimizer='adam', loss='sparse_categorical_crossentropy')\n"
             'model.fit(ds_train, epochs=6, validation_data=ds_test.batch(128))\n',
         ),
+        # TensorFlow 1's MNIST loader (TensorFlow-Examples): one shuffle on every rank, and each rank its rows
+        # of every global batch.
+        Example(
+            'import tensorflow as tf\n'
+            'from tensorflow.examples.tutorials.mnist import input_data\n'
+            "mnist = input_data.read_data_sets('/tmp/data/', one_hot=True)\n"
+            'train_op = tf.train.AdamOptimizer(0.001).minimize(loss_op)\n'
+            'with tf.Session() as sess:\n'
+            '    sess.run(tf.global_variables_initializer())\n'
+            '    for step in range(1, 501):\n'
+            '        batch_x, batch_y = mnist.train.next_batch(128)\n'
+            '        sess.run(train_op, feed_dict={X: batch_x, Y: batch_y})\n',
+            'import tensorflow as tf\n'
+            'import os\n'
+            'from tensorflow.examples.tutorials.mnist import input_data\n'
+            "mnist = input_data.read_data_sets('/tmp/data/', one_hot=True, seed=1234)\n"
+            'train_op = tf.train.AdamOptimizer(0.001).minimize(loss_op)\n'
+            'with tf.Session() as sess:\n'
+            '    sess.run(tf.global_variables_initializer())\n'
+            '    for step in range(1, 501):\n'
+            "        batch_x, batch_y = [part[int(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', '1'))] for part in mnist.train.next_batch(128)]\n"
+            '        sess.run(train_op, feed_dict={X: batch_x, Y: batch_y})\n',
+        ),
     ]
 
     def prepare(self, context) -> None:
@@ -667,6 +690,7 @@ class MissingShard(Rule):
         findings += self._shard_image_generators(context)
         findings += self._shard_numpy_input_fns(context)
         findings += self._shard_fed_arrays(context)
+        findings += self._shard_tf1_mnist_batches(context)
         if "keras" in context.frameworks:
             findings += self._shard_arrays(context)
         return findings or ([] if owned else self.unlocated(
@@ -866,6 +890,42 @@ class MissingShard(Rule):
             _("every rank feeds the same rows of {arrays}: step through this rank's rows "
               "(every RANK_SIZE-th from RANK_ID){split}").format(arrays=", ".join(sorted(arrays)), split=split), edits,
         )
+
+    def _shard_tf1_mnist_batches(self, context) -> List[Finding]:
+        """``batch_x, batch_y = mnist.train.next_batch(100)`` of TensorFlow 1's MNIST loader: every rank
+        shuffles alike (``read_data_sets(..., seed=...)``: unseeded, each process shuffles its own way)
+        and takes every RANK_SIZE-th row of each global batch from RANK_ID, its part of it."""
+        loads = {}
+        for cell, facts, site in context.facts.calls_to(K.TF1_MNIST_READ_DATA_SETS):
+            target = single_target(site.stmt)
+            if target is not None and getattr(site.stmt, "value", None) is site.node:
+                loads[target] = (cell, facts, site)
+        findings, seeded = [], set()
+        for cell, facts, site in context.facts.calls("next_batch"):
+            receiver = site.receiver
+            if not (isinstance(receiver, ast.Attribute) and receiver.attr == "train"
+                    and isinstance(receiver.value, ast.Name) and receiver.value.id in loads):
+                continue
+            size = site.argument(0, "batch_size")
+            value = global_batch_value(context, size) if size is not None else None
+            if value is not None and value < context.options.ranks:
+                findings.append(self.finding(cell, facts, site.node, _(
+                    "every rank reads the same batches, and a batch of {rows} rows cannot be split across {ranks} "
+                    "ranks: give each rank its own rows by hand (or check with --ranks N)").format(
+                        rows=value, ranks=context.options.ranks)))
+                continue
+            rows = f"[part[{K.RANK_ID_EXPR}::{K.RANK_SIZE_EXPR}] for part in {{batch}}]"
+            edits = [replace_with(cell, facts, site.node, rows, [NEEDS_OS], batch=site.node)]
+            l_cell, l_facts, load = loads[receiver.value.id]
+            if load.keyword("seed") is None and receiver.value.id not in seeded:
+                edits.append(add_argument(l_cell, l_facts, load.node, f"seed={K.SHARED_SEED}"))
+                seeded.add(receiver.value.id)
+            context.shard_fix_splits_batch = True
+            findings.append(self.finding(cell, facts, site.node, _(
+                "every rank reads the same batches: the loader shuffles with seed {seed} on every rank, and each "
+                "rank takes every RANK_SIZE-th row of each batch from RANK_ID, its part of the global batch").format(
+                    seed=K.SHARED_SEED), edits))
+        return findings
 
     def _split_each_window(self, context, cell, facts: CellFacts, slices: List[ast.Subscript], arrays, rank_rows: str):
         """Rows fed by offsets that do not come from a batch-size constant (``i = rng.randint(0, 60000 - 100)``,
