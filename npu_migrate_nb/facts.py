@@ -399,6 +399,7 @@ _CANONICAL_PREFIXES = (
     ("tensorflow.compat.v1.", "tensorflow."),
     ("tensorflow.compat.v2.", "tensorflow."),
     ("tensorflow.python.keras.", "tensorflow.keras."),
+    ("tensorflow.optimizers.", "tensorflow.keras.optimizers."),  # tf.optimizers is Keras' (TF 2)
     ("tensorflow.keras.optimizers.legacy.", "tensorflow.keras.optimizers."),
     ("tensorflow.keras.optimizers.experimental.", "tensorflow.keras.optimizers."),
     ("tf_keras.", "tensorflow.keras."),

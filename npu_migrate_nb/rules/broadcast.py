@@ -120,6 +120,49 @@ class MissingBroadcast(Rule):
             'for step, (batch_x, batch_y) in enumerate(train_data.take(training_steps), 1):\n'
             '    run_optimization(batch_x, batch_y)\n',
         ),
+        # The same with a model built on its first call (a subclassed Keras model): after the first step.
+        Example(
+            'import tensorflow as tf\n'
+            'import npu_device as npu\n'
+            'npu.open().as_default()\n'
+            'class NeuralNet(tf.keras.Model):\n'
+            '    def __init__(self):\n'
+            '        super().__init__()\n'
+            '        self.out = tf.keras.layers.Dense(10)\n'
+            '    def call(self, x):\n'
+            '        return self.out(x)\n'
+            'neural_net = NeuralNet()\n'
+            'optimizer = tf.optimizers.SGD(0.1)\n'
+            'def run_optimization(x, y):\n'
+            '    with tf.GradientTape() as g:\n'
+            '        loss = cross_entropy_loss(neural_net(x), y)\n'
+            '    trainable_variables = neural_net.trainable_variables\n'
+            '    gradients = g.gradient(loss, trainable_variables)\n'
+            '    optimizer.apply_gradients(zip(gradients, trainable_variables))\n'
+            'for step, (batch_x, batch_y) in enumerate(train_data.take(training_steps), 1):\n'
+            '    run_optimization(batch_x, batch_y)\n',
+            'import tensorflow as tf\n'
+            'import npu_device as npu\n'
+            'npu.open().as_default()\n'
+            'class NeuralNet(tf.keras.Model):\n'
+            '    def __init__(self):\n'
+            '        super().__init__()\n'
+            '        self.out = tf.keras.layers.Dense(10)\n'
+            '    def call(self, x):\n'
+            '        return self.out(x)\n'
+            'neural_net = NeuralNet()\n'
+            'optimizer = tf.optimizers.SGD(0.1)\n'
+            'def run_optimization(x, y):\n'
+            '    with tf.GradientTape() as g:\n'
+            '        loss = cross_entropy_loss(neural_net(x), y)\n'
+            '    trainable_variables = neural_net.trainable_variables\n'
+            '    gradients = g.gradient(loss, trainable_variables)\n'
+            '    optimizer.apply_gradients(zip(gradients, trainable_variables))\n'
+            'for step, (batch_x, batch_y) in enumerate(train_data.take(training_steps), 1):\n'
+            '    run_optimization(batch_x, batch_y)\n'
+            '    if optimizer.iterations == 1:\n'
+            '        npu.distribute.broadcast(neural_net.trainable_variables)\n',
+        ),
         # Adversarial training: the model's variables are broadcast, not the images whose gradient is
         # taken too (the real broadcast assigns into variables: given a tensor it fails on the cards).
         Example(
@@ -494,6 +537,17 @@ class MissingBroadcast(Rule):
                 [insert_after(cell, facts, site.stmt, code, [NEEDS_NPU_BRIDGE])],
             )
 
+    def _after_first_step(self, context, place, variables_code: str) -> Finding:
+        s_cell, s_facts, step, optimizer = place
+        code = f"{context.npu}.distribute.broadcast({variables_code})"
+        return self.finding(
+            s_cell, s_facts, step,
+            _("variables are not broadcast from rank 0, and {model} has no variables before "
+              "the loop (it builds them on its first call): broadcast them after the first step, "
+              "when {optimizer}.iterations is 1").format(model=_model_name_of_code(variables_code), optimizer=optimizer),
+            [insert_after(s_cell, s_facts, step, f"if {optimizer}.iterations == 1:\n    {code}", [NEEDS_NPU_DEVICE])],
+        )
+
     def _hooks_finding(self, context, cell, facts, site: CallSite, where: str) -> Finding:
         hooks = site.keyword("hooks")
         hooks_value = hooks.value if hooks is not None else None
@@ -567,8 +621,14 @@ class MissingBroadcast(Rule):
             code = f"{context.npu}.distribute.broadcast({variables_code})"
             anchor = _broadcast_anchor(context, cell, facts, site, variables)
             if anchor is not None and _local_to_the_function(context, facts, site, variables):
-                passed = _as_passed_at_the_top_level(context, cell, facts, site, variables) or \
-                    _made_from_top_level_names(context, facts, site, variables)
+                passed = _as_passed_at_the_top_level(context, cell, facts, site, variables)
+                made = _made_from_top_level_names(context, facts, site, variables) if passed is None else None
+                if made is not None:
+                    passed = made[:4]
+                    later = _after_first_update(context, cell, facts, site, made[4], made[0], made[2])
+                    if later is not None:  # a model built on its first call: after the first step
+                        yield self._after_first_step(context, later, made[3])
+                        continue
                 if passed is not None:
                     p_cell, p_facts, p_stmt, p_code = passed
                     p_code = f"{context.npu}.distribute.broadcast({p_code})"
@@ -598,15 +658,7 @@ class MissingBroadcast(Rule):
             a_cell, a_facts, a_stmt, where = anchor
             after_first_step = _after_first_update(context, cell, facts, site, variables, a_cell, a_stmt)
             if where == "before" and after_first_step is not None:
-                s_cell, s_facts, step, optimizer = after_first_step
-                yield self.finding(
-                    s_cell, s_facts, step,
-                    _("variables are not broadcast from rank 0, and {model} has no variables before "
-                      "the loop (it builds them on its first call): broadcast them after the first step, "
-                      "when {optimizer}.iterations is 1").format(model=_model_name(variables), optimizer=optimizer),
-                    [insert_after(s_cell, s_facts, step, f"if {optimizer}.iterations == 1:\n    {code}",
-                                  [NEEDS_NPU_DEVICE])],
-                )
+                yield self._after_first_step(context, after_first_step, variables_code)
                 continue
             edit = (insert_after if where == "after" else insert_before)(
                 a_cell, a_facts, a_stmt, code, [NEEDS_NPU_DEVICE]
@@ -1013,7 +1065,7 @@ def _as_passed_at_the_top_level(context, cell, facts, site: CallSite, variables:
 
 
 def _made_from_top_level_names(context, facts: CellFacts, site: CallSite, variables: ast.expr):
-    """(cell, facts, statement, code) when ``variables`` is a local of the step function made once from
+    """(cell, facts, statement, code, expression) when ``variables`` is a local of the step function made once from
     names of the notebook's top level only (``trainable_variables = list(weights.values()) +
     list(biases.values())``, TensorFlow-Examples' raw networks): the same expression, broadcast before
     the top-level statement that calls the step; else None."""
@@ -1033,8 +1085,15 @@ def _made_from_top_level_names(context, facts: CellFacts, site: CallSite, variab
         return None
     for c_cell, c_facts, call in context.facts.calls(site.function):
         if call.dotted == site.function and call.function is None:
-            return c_cell, c_facts, top_level_statement(c_facts, call.stmt), facts.segment(value)
+            return c_cell, c_facts, top_level_statement(c_facts, call.stmt), facts.segment(value), value
     return None
+
+
+def _model_name_of_code(code: str) -> str:
+    try:
+        return _model_name(ast.parse(code, mode="eval").body) or code
+    except SyntaxError:
+        return code
 
 
 def _local_to_the_function(context, facts: CellFacts, site: CallSite, variables: ast.expr) -> bool:
