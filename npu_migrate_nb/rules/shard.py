@@ -630,7 +630,7 @@ class MissingShard(Rule):
             'model.fit(ds_train, epochs=6, validation_data=ds_test.batch(128))\n',
         ),
         # TensorFlow 1's MNIST loader (TensorFlow-Examples): one shuffle on every rank, and each rank its rows
-        # of every global batch.
+        # of every global batch; the test batches drawn into a canvas are left alone.
         Example(
             'import tensorflow as tf\n'
             'from tensorflow.examples.tutorials.mnist import input_data\n'
@@ -640,7 +640,11 @@ class MissingShard(Rule):
             '    sess.run(tf.global_variables_initializer())\n'
             '    for step in range(1, 501):\n'
             '        batch_x, batch_y = mnist.train.next_batch(128)\n'
-            '        sess.run(train_op, feed_dict={X: batch_x, Y: batch_y})\n',
+            '        sess.run(train_op, feed_dict={X: batch_x, Y: batch_y})\n'
+            '    for i in range(4):\n'
+            '        batch_x, _ = mnist.test.next_batch(4)\n'
+            '        g = sess.run(decoder_op, feed_dict={X: batch_x})\n'
+            '        canvas[i * 28:(i + 1) * 28, 0:28] = g[0].reshape([28, 28])\n',
             'import tensorflow as tf\n'
             'import os\n'
             'from tensorflow.examples.tutorials.mnist import input_data\n'
@@ -650,7 +654,11 @@ class MissingShard(Rule):
             '    sess.run(tf.global_variables_initializer())\n'
             '    for step in range(1, 501):\n'
             "        batch_x, batch_y = [part[int(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', '1'))] for part in mnist.train.next_batch(128)]\n"
-            '        sess.run(train_op, feed_dict={X: batch_x, Y: batch_y})\n',
+            '        sess.run(train_op, feed_dict={X: batch_x, Y: batch_y})\n'
+            '    for i in range(4):\n'
+            '        batch_x, _ = mnist.test.next_batch(4)\n'
+            '        g = sess.run(decoder_op, feed_dict={X: batch_x})\n'
+            '        canvas[i * 28:(i + 1) * 28, 0:28] = g[0].reshape([28, 28])\n',
         ),
     ]
 
@@ -1098,6 +1106,8 @@ def _offset_slices(loop: ast.stmt) -> List[ast.Subscript]:
     for node in ast.walk(loop):
         if not (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name)):
             continue
+        if not isinstance(node.ctx, ast.Load):
+            continue  # written, not fed: ``canvas[i * 28:(i + 1) * 28, ...] = image`` (found on TensorFlow-Examples)
         rows = node.slice.elts[0] if isinstance(node.slice, ast.Tuple) and node.slice.elts else node.slice
         if isinstance(rows, ast.Slice) and rows.step is None and all(
             bound is not None and not isinstance(bound, ast.Constant) for bound in (rows.lower, rows.upper)
