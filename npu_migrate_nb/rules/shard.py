@@ -660,6 +660,26 @@ class MissingShard(Rule):
             '        g = sess.run(decoder_op, feed_dict={X: batch_x})\n'
             '        canvas[i * 28:(i + 1) * 28, 0:28] = g[0].reshape([28, 28])\n',
         ),
+        # Two input_fns of one name (TensorFlow-Examples): the one given the test arrays evaluates, whole.
+        Example(
+            'import tensorflow as tf\n'
+            'model = tf.estimator.Estimator(model_fn)\n'
+            "input_fn = tf.estimator.inputs.numpy_input_fn(x={'images': mnist.train.images}, y=mnist.train.labels,\n"
+            '    batch_size=128, num_epochs=None, shuffle=True)\n'
+            'model.train(input_fn, steps=2000)\n'
+            "input_fn = tf.estimator.inputs.numpy_input_fn(x={'images': mnist.test.images}, y=mnist.test.labels,\n"
+            '    batch_size=128, shuffle=False)\n'
+            'model.evaluate(input_fn)\n',
+            'import tensorflow as tf\n'
+            'import os\n'
+            'model = tf.estimator.Estimator(model_fn)\n'
+            "input_fn = tf.estimator.inputs.numpy_input_fn(x={'images': mnist.train.images[int(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', '1'))]}, y=mnist.train.labels[int(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', '1'))],\n"
+            "    batch_size=128 // int(os.getenv('RANK_SIZE', '1')), num_epochs=None, shuffle=True)\n"
+            'model.train(input_fn, steps=2000)\n'
+            "input_fn = tf.estimator.inputs.numpy_input_fn(x={'images': mnist.test.images}, y=mnist.test.labels,\n"
+            '    batch_size=128, shuffle=False)\n'
+            'model.evaluate(input_fn)\n',
+        ),
     ]
 
     def prepare(self, context) -> None:
@@ -966,6 +986,8 @@ class MissingShard(Rule):
                 continue
             arrays = [leaf for argument in (site.argument(0, "x"), site.argument(1, "y")) if argument is not None
                       for leaf in _array_leaves(argument)]
+            if arrays and all(leaf is not None and _names_evaluation_data(leaf) for leaf in arrays):
+                continue  # ``x={'images': mnist.test.images}``: an evaluation input, whatever its name
             if not arrays or any(leaf is None for leaf in arrays):
                 findings.append(self.finding(cell, facts, site.node, _(
                     "every rank reads all the arrays of this input_fn: give each rank every N-th row "
@@ -1282,6 +1304,12 @@ def _feeds_only_inference(facts: CellFacts, source: CallSite) -> bool:
 
 
 _INFERENCE_METHODS = ("predict", "evaluate", "predict_on_batch")
+
+
+def _names_evaluation_data(node: ast.expr) -> bool:
+    """Is the array a test or validation part by its own name (``mnist.test.images``, ``x_test``)?"""
+    written = dotted_name(node) or (node.id if isinstance(node, ast.Name) else "")
+    return any(word in part.lower() for part in written.split(".") for word in K.EVALUATION_WORDS)
 
 
 def _for_evaluation(facts: CellFacts, site: CallSite) -> bool:
