@@ -107,6 +107,11 @@ TF1_MNIST_READ_DATA_SETS = "tensorflow.examples.tutorials.mnist.input_data.read_
 # Names that mark data used only for evaluation; those pipelines are not sharded.
 EVALUATION_WORDS = ("eval", "test", "valid", "val_", "predict")  # names of data no rank trains on
 
+
+def named_for_evaluation(name: str) -> bool:
+    """Does the name say its data is evaluated, not trained on (``ds_test``, ``mnist.test.images``)?"""
+    return any(word in name.lower() for word in EVALUATION_WORDS)
+
 GRADIENT_TAPE = "tensorflow.GradientTape"
 
 # The adapter's accepted forms of each step.

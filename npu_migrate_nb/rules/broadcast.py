@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import ast
-import builtins
 from typing import Iterable, Iterator, List, Optional, Tuple
 
 from .. import knowledge as K
 from ..facts import CallSite, CellFacts, chain_root_name, dotted_name, receiver_name
 from ..findings import NEEDS_NPU_BRIDGE, NEEDS_NPU_DEVICE, NEEDS_OS, Finding
 from ..i18n import _
-from ..names import function_locals
+from ..names import ALWAYS_BOUND, function_locals
 from .not_data_parallel import trained_agents
 from .sources import applied_by_the_compiled_optimizer, makes_a_tensor, not_variables, target_position
 from .base import (
@@ -1081,7 +1080,7 @@ def _made_from_top_level_names(context, facts: CellFacts, site: CallSite, variab
         return None
     top_level = {name for name in read if name in context.facts.aliases or
                  any(a.function is None for _u, _u2, a in context.facts.assignments(name))}
-    if read - top_level - set(dir(builtins)):
+    if read - top_level - ALWAYS_BOUND:
         return None
     for c_cell, c_facts, call in context.facts.calls(site.function):
         if call.dotted == site.function and call.function is None:

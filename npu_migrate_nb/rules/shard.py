@@ -788,12 +788,11 @@ class MissingShard(Rule):
             edits.append(add_argument(cell, facts, load.node, seeded))
         batch_edits: List[Edit] = []
         size = load.keyword("batch_size")
-        if context.facts.imports_module("horovod"):
-            pass  # Horovod's batch is per rank already: shard, keep the batch
-        elif size is not None:
+        horovod = context.facts.imports_module("horovod")  # Horovod's batch is per rank already: kept
+        if not horovod and size is not None:
             if global_batch_value(context, size.value) != -1:
                 batch_edits = _divided(context, cell, facts, size.value, K.RANK_SIZE_EXPR, [NEEDS_OS])
-        else:
+        elif not horovod:
             for split in splits:
                 found = first_batch(context, holders(context.facts, split), (cell, load.stmt.end_lineno), split.subscript)
                 batch_size = _batch_argument(found[2]) if found is not None else None
@@ -1309,7 +1308,7 @@ _INFERENCE_METHODS = ("predict", "evaluate", "predict_on_batch")
 def _names_evaluation_data(node: ast.expr) -> bool:
     """Is the array a test or validation part by its own name (``mnist.test.images``, ``x_test``)?"""
     written = dotted_name(node) or (node.id if isinstance(node, ast.Name) else "")
-    return any(word in part.lower() for part in written.split(".") for word in K.EVALUATION_WORDS)
+    return K.named_for_evaluation(written)
 
 
 def _for_evaluation(facts: CellFacts, site: CallSite) -> bool:
@@ -1317,7 +1316,7 @@ def _for_evaluation(facts: CellFacts, site: CallSite) -> bool:
     target = single_target(site.chain()[-1].stmt)
     if target:
         names.append(target)
-    return any(word in name.lower() for name in names for word in K.EVALUATION_WORDS)
+    return any(K.named_for_evaluation(name) for name in names)
 
 
 def _batch_of(facts: CellFacts, source: CallSite) -> Optional[CallSite]:

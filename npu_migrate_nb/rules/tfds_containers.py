@@ -81,7 +81,7 @@ def _keys_taken(context, container: str) -> List[object]:
                     base = _chain_base(value)
                     if isinstance(base, ast.Subscript) and isinstance(base.value, ast.Name) \
                             and base.value.id == container and isinstance(base.slice, ast.Constant) \
-                            and not _is_evaluation(name) and base.slice.value not in keys:
+                            and not K.named_for_evaluation(name) and base.slice.value not in keys:
                         keys.append(base.slice.value)
     return keys
 
@@ -103,7 +103,7 @@ def holders(facts_of_notebook, split: TrainingSplit) -> Set[str]:
         for _index, facts in facts_of_notebook.cells:
             for stmt in ast.walk(facts.tree):
                 if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
-                    if stmt.targets[0].id not in names and _flows_from(stmt.value, names) and not _is_evaluation(stmt.targets[0].id):
+                    if stmt.targets[0].id not in names and _flows_from(stmt.value, names) and not K.named_for_evaluation(stmt.targets[0].id):
                         names.add(stmt.targets[0].id)
                         changed = True
     return names
@@ -160,9 +160,6 @@ def _flows_from(value: ast.expr, names: Set[str]) -> bool:
     return isinstance(value, ast.Call) and chain_root_name(value) in names
 
 
-def _is_evaluation(name: str) -> bool:
-    return any(word in name.lower() for word in K.EVALUATION_WORDS)
-
 
 def _with_info(site: CallSite) -> bool:
     keyword = site.keyword("with_info")
@@ -191,6 +188,6 @@ def _training_index(splits: List[Optional[str]], names: List[str]) -> Optional[i
     if len(names) != len(splits):
         return None
     for index, (split, name) in enumerate(zip(splits, names)):
-        if split is not None and split.split("[")[0].strip() == TRAIN and not _is_evaluation(name):
+        if split is not None and split.split("[")[0].strip() == TRAIN and not K.named_for_evaluation(name):
             return index
     return None
