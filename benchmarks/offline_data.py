@@ -7,7 +7,7 @@ archive layouts, dtypes and per-sample shapes), with random contents:
 
 * ``mnist.npz``, Fashion-MNIST's four ``idx`` files (gzip), CIFAR-10's and CIFAR-100's pickled
   batches (the folders the loaders untar to), ``imdb.npz`` and ``reuters.npz`` with their word
-  indexes, ``boston_housing.npz``;
+  indexes, ``boston_housing.npz``; scikit-learn's California housing cache (``cal_housing_py3.pkz``);
 * the notebook-made files that a course reads from an earlier notebook (``notMNIST.pickle``);
 * TensorFlow Datasets through its own mock (``tfds.testing.mock_data``): every dataset's real features
   (shapes, dtypes, class counts from its published metadata) with random contents, no download.
@@ -64,6 +64,8 @@ DATASETS: Dict[str, Dataset] = {
     "imdb": Dataset("imdb", 25000, 25000),
     "reuters": Dataset("reuters", 8982, 2246),
     "boston_housing": Dataset("boston_housing", 404, 102),
+    # scikit-learn's loader (Hands-On ML's regression chapters): its cache file, where it looks first.
+    "fetch_california_housing": Dataset("sklearn.datasets", 20640, 0),
 }
 SMALL = 0.1  # the share of the real counts a fake has by default
 _NOTEBOOK_FILES = {"notMNIST.pickle": (200000, 10000, 10000)}  # train, valid, test: the course's sizes
@@ -222,6 +224,30 @@ def _write_not_mnist(path: str, train: int, valid: int, test: int) -> None:
         pickle.dump(data, stream, pickle.HIGHEST_PROTOCOL)
 
 
+def _write_california_housing(folder, rng, train, test):
+    """scikit-learn's cache of the California housing data (``~/scikit_learn_data/cal_housing_py3.pkz``,
+    a joblib dump): per district the house value in dollars, then median income, age, total rooms,
+    total bedrooms, population, households, latitude, longitude, in the order the loader stores them."""
+    import joblib
+
+    households = rng.uniform(50, 2000, train)
+    income = rng.uniform(0.5, 15, train)
+    columns = [
+        np.clip(income * 40000 + rng.normal(0, 30000, train), 15000, 500001),
+        income,
+        rng.integers(1, 53, train).astype(float),
+        households * rng.uniform(3, 8, train),
+        households * rng.uniform(0.8, 1.5, train),
+        households * rng.uniform(2, 4, train),
+        households,
+        rng.uniform(32.5, 42, train),
+        rng.uniform(-124.3, -114.3, train),
+    ]
+    target = os.path.join(os.path.dirname(os.path.dirname(folder)), "scikit_learn_data")
+    os.makedirs(target, exist_ok=True)
+    joblib.dump(np.stack(columns, axis=1), os.path.join(target, "cal_housing_py3.pkz"), compress=6)
+
+
 _WRITERS = {
     "mnist": _write_mnist,
     "fashion_mnist": _write_fashion_mnist,
@@ -230,6 +256,7 @@ _WRITERS = {
     "imdb": _write_imdb,
     "reuters": _write_reuters,
     "boston_housing": _write_boston_housing,
+    "fetch_california_housing": _write_california_housing,
 }
 
 

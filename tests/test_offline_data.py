@@ -54,3 +54,23 @@ def test_tensorflow_1s_mnist_loader_is_served_where_tensorflow_has_none(tmp_path
     ) % (str(BENCHMARKS), str(tmp_path))
     printed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert printed.stdout.strip().splitlines()[-1] == "(700, 784) float32 True (700, 10) 1000 1 5000 (1000, 784)", printed.stderr[-2000:]
+
+
+def test_scikit_learns_california_housing_is_read_from_its_own_cache(tmp_path):
+    """Hands-On ML's regression chapters: ``fetch_california_housing`` finds its cache file and never
+    downloads; the loader's own transformations (averages per household, value in 100,000s) apply."""
+    source = "from sklearn.datasets import fetch_california_housing\nhousing = fetch_california_housing()\n"
+    shares = offline_data.sizes_for(source)
+    code = (
+        "import sys; sys.path.insert(0, %r)\n"
+        "import offline_data\n"
+        "offline_data.install(offline_data.home_for(%r, %r))\n"
+        "from sklearn.datasets import fetch_california_housing\n"
+        "housing = fetch_california_housing(download_if_missing=False)\n"
+        "frame = fetch_california_housing(as_frame=True).frame\n"
+        "print(housing.data.shape, housing.target.shape, housing.feature_names[0], list(frame.columns)[-1],\n"
+        "      bool(housing.target.max() <= 5.00001), bool(1 < housing.data[:, 2].mean() < 10))\n"
+    ) % (str(BENCHMARKS), str(tmp_path), shares)
+    printed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert shares == {"fetch_california_housing": offline_data.SMALL}
+    assert printed.stdout.strip().splitlines()[-1] == "(2064, 8) (2064,) MedInc MedHouseVal True True", printed.stderr[-2000:]

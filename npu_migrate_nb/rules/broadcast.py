@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ast
-from typing import Iterable, Iterator, List, Optional, Tuple
+from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 
 from .. import knowledge as K
 from ..facts import CallSite, CellFacts, chain_root_name, dotted_name, receiver_name
@@ -483,6 +483,55 @@ class MissingBroadcast(Rule):
             "        _, l = session.run([optimizer, loss])\n",
             adapter="npu_bridge",
         ),
+        # Two models built on their first call, each with its optimizer (a GAN): both broadcast after the first step, each when its own optimizer has stepped.
+        Example(
+            'import numpy as np\n'
+            'import tensorflow as tf\n'
+            'generator = Generator()\n'
+            'discriminator = Discriminator()\n'
+            'optimizer_gen = tf.keras.optimizers.Adam(1e-4)\n'
+            'optimizer_disc = tf.keras.optimizers.Adam(1e-4)\n'
+            '# %%\n'
+            'def train_step(real):\n'
+            '    noise = tf.random.normal([64, 100])\n'
+            '    with tf.GradientTape() as g_tape, tf.GradientTape() as d_tape:\n'
+            '        fake = generator(noise, training=True)\n'
+            '        g_loss = generator_loss(discriminator(fake, training=True))\n'
+            '        d_loss = discriminator_loss(discriminator(real, training=True), discriminator(fake, training=True))\n'
+            '    g_grads = g_tape.gradient(g_loss, generator.trainable_variables)\n'
+            '    d_grads = d_tape.gradient(d_loss, discriminator.trainable_variables)\n'
+            '    optimizer_gen.apply_gradients(zip(g_grads, generator.trainable_variables))\n'
+            '    optimizer_disc.apply_gradients(zip(d_grads, discriminator.trainable_variables))\n'
+            '# %%\n'
+            'for batch in dataset:\n'
+            '    train_step(batch)\n',
+            'import numpy as np\n'
+            'import tensorflow as tf\n'
+            'import npu_device as npu\n'
+            'npu.open().as_default()\n'
+            'generator = Generator()\n'
+            'discriminator = Discriminator()\n'
+            'optimizer_gen = tf.keras.optimizers.Adam(1e-4)\n'
+            'optimizer_disc = tf.keras.optimizers.Adam(1e-4)\n'
+            '# %%\n'
+            'def train_step(real):\n'
+            '    noise = tf.random.normal([64, 100])\n'
+            '    with tf.GradientTape() as g_tape, tf.GradientTape() as d_tape:\n'
+            '        fake = generator(noise, training=True)\n'
+            '        g_loss = generator_loss(discriminator(fake, training=True))\n'
+            '        d_loss = discriminator_loss(discriminator(real, training=True), discriminator(fake, training=True))\n'
+            '    g_grads = g_tape.gradient(g_loss, generator.trainable_variables)\n'
+            '    d_grads = d_tape.gradient(d_loss, discriminator.trainable_variables)\n'
+            '    optimizer_gen.apply_gradients(zip(g_grads, generator.trainable_variables))\n'
+            '    optimizer_disc.apply_gradients(zip(d_grads, discriminator.trainable_variables))\n'
+            '# %%\n'
+            'for batch in dataset:\n'
+            '    train_step(batch)\n'
+            '    if optimizer_gen.iterations == 1:\n'
+            '        npu.distribute.broadcast(generator.trainable_variables)\n'
+            '    if optimizer_disc.iterations == 1:\n'
+            '        npu.distribute.broadcast(discriminator.trainable_variables)\n',
+        ),
     ]
 
     def check(self, context) -> Iterable[Finding]:
@@ -536,15 +585,25 @@ class MissingBroadcast(Rule):
                 [insert_after(cell, facts, site.stmt, code, [NEEDS_NPU_BRIDGE])],
             )
 
-    def _after_first_step(self, context, place, variables_code: str) -> Finding:
-        s_cell, s_facts, step, optimizer = place
-        code = f"{context.npu}.distribute.broadcast({variables_code})"
+    def _after_first_step(self, context, places: List[tuple]) -> Finding:
+        """One finding for the models a step updates that are built on their first call (a GAN's
+        generator and discriminator, each with its optimizer): each broadcast after the first step."""
+        s_cell, s_facts, step, _optimizer = places[0][0]
+        models = ", ".join(_model_name_of_code(code) for _place, code in places)
+        optimizers = ", ".join(place[3] for place, _code in places)
+        code = "\n".join(f"if {place[3]}.iterations == 1:\n    {context.npu}.distribute.broadcast({variables})"
+                         for place, variables in places)
+        if len(places) == 1:
+            message = _("variables are not broadcast from rank 0, and {model} has no variables before "
+                        "the loop (it builds them on its first call): broadcast them after the first step, "
+                        "when {optimizer}.iterations is 1").format(model=models, optimizer=optimizers)
+        else:
+            message = _("variables are not broadcast from rank 0, and {models} have no variables before the loop "
+                        "(each builds them on its first call): broadcast each after the first step, when its "
+                        "optimizer ({optimizers}) has made one step").format(models=models, optimizers=optimizers)
         return self.finding(
-            s_cell, s_facts, step,
-            _("variables are not broadcast from rank 0, and {model} has no variables before "
-              "the loop (it builds them on its first call): broadcast them after the first step, "
-              "when {optimizer}.iterations is 1").format(model=_model_name_of_code(variables_code), optimizer=optimizer),
-            [insert_after(s_cell, s_facts, step, f"if {optimizer}.iterations == 1:\n    {code}", [NEEDS_NPU_DEVICE])],
+            s_cell, s_facts, step, message,
+            [insert_after(s_cell, s_facts, step, code, [NEEDS_NPU_DEVICE])],
         )
 
     def _hooks_finding(self, context, cell, facts, site: CallSite, where: str) -> Finding:
@@ -604,6 +663,12 @@ class MissingBroadcast(Rule):
 
     # -- TF2 custom loops: broadcast the trained variables where the model exists
     def _custom_loop(self, context) -> Iterator[Finding]:
+        after_first_steps: Dict[Tuple[int, int], List[tuple]] = {}  # the step's place -> (place, variables)
+        yield from self._custom_loop_findings(context, after_first_steps)
+        for places in after_first_steps.values():
+            yield self._after_first_step(context, places)
+
+    def _custom_loop_findings(self, context, after_first_steps) -> Iterator[Finding]:
         done = set()
         for cell, facts, site in context.facts.calls("gradient"):
             variables = site.argument(1, "sources")
@@ -626,7 +691,7 @@ class MissingBroadcast(Rule):
                     passed = made[:4]
                     later = _after_first_update(context, cell, facts, site, made[4], made[0], made[2])
                     if later is not None:  # a model built on its first call: after the first step
-                        yield self._after_first_step(context, later, made[3])
+                        after_first_steps.setdefault((later[0], id(later[2])), []).append((later, made[3]))
                         continue
                 if passed is not None:
                     p_cell, p_facts, p_stmt, p_code = passed
@@ -657,7 +722,8 @@ class MissingBroadcast(Rule):
             a_cell, a_facts, a_stmt, where = anchor
             after_first_step = _after_first_update(context, cell, facts, site, variables, a_cell, a_stmt)
             if where == "before" and after_first_step is not None:
-                yield self._after_first_step(context, after_first_step, variables_code)
+                after_first_steps.setdefault((after_first_step[0], id(after_first_step[2])), []).append(
+                    (after_first_step, variables_code))
                 continue
             edit = (insert_after if where == "after" else insert_before)(
                 a_cell, a_facts, a_stmt, code, [NEEDS_NPU_DEVICE]
@@ -1020,6 +1086,9 @@ def _after_first_update(context, cell, facts, gradient: CallSite, variables: ast
         return None
     updates = [call for call in facts.calls_by_method.get("apply_gradients", ())
                if call.function == gradient.function and call.node.lineno > gradient.node.lineno]
+    # A GAN's step updates two models, each with its optimizer: the one given this model's variables.
+    updates.sort(key=lambda call: not any(isinstance(node, ast.Name) and node.id == model
+                                          for node in ast.walk(call.node)))
     if not updates or not isinstance(updates[0].receiver, ast.Name):
         return None
     optimizer = updates[0].receiver.id

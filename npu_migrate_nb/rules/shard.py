@@ -26,7 +26,10 @@ from .base import (
     top_level_statement,
 )
 from .tf_distribute import dataset_functions_owned
-from .tfds_containers import files_shuffled_alike, first_batch, holders, returns_a_container, training_splits
+from .per_example_sizes import loops_over, per_rank_sizes
+from .tfds_containers import (
+    TrainingSplit, files_shuffled_alike, first_batch, holders, returns_a_container, training_splits,
+)
 from .training_reach import feeds_no_training
 
 RANK_BATCH = "rank_batch_size"
@@ -680,6 +683,76 @@ class MissingShard(Rule):
             '    batch_size=128, shuffle=False)\n'
             'model.evaluate(input_fn)\n',
         ),
+        # A GAN's noise and labels sized with the global batch in the step (TensorFlow-Examples' DCGAN): the per-rank batch, as the split rows; a sample drawn after the loop keeps its size.
+        Example(
+            'import numpy as np\n'
+            'import tensorflow as tf\n'
+            'batch_size = 64\n'
+            'train_data = tf.data.Dataset.from_tensor_slices(x_train)\n'
+            'train_data = train_data.shuffle(1000).batch(batch_size)\n'
+            '# %%\n'
+            'def discriminator_loss(logits):\n'
+            '    return bce(tf.ones([batch_size, 1]), logits)\n'
+            'def train_step(real):\n'
+            '    noise = np.random.normal(size=[batch_size, 100]).astype(np.float32)\n'
+            '    with tf.GradientTape() as tape:\n'
+            '        loss = discriminator_loss(discriminator(real)) + discriminator_loss(discriminator(generator(noise)))\n'
+            '    grads = tape.gradient(loss, discriminator.trainable_variables)\n'
+            '    optimizer.apply_gradients(zip(grads, discriminator.trainable_variables))\n'
+            '# %%\n'
+            'for batch in train_data:\n'
+            '    train_step(batch)\n'
+            'sample = generator(np.random.normal(size=[batch_size, 100]))\n',
+            'import numpy as np\n'
+            'import tensorflow as tf\n'
+            'import npu_device as npu\n'
+            'npu.open().as_default()\n'
+            'batch_size = 64\n'
+            'train_data = tf.data.Dataset.from_tensor_slices(x_train)\n'
+            'train_data, rank_batch_size = npu.distribute.shard_and_rebatch_dataset(train_data, batch_size)\n'
+            'train_data = train_data.shuffle(1000).batch(rank_batch_size)\n'
+            '# %%\n'
+            'def discriminator_loss(logits):\n'
+            '    return bce(tf.ones([rank_batch_size, 1]), logits)\n'
+            'def train_step(real):\n'
+            '    noise = np.random.normal(size=[rank_batch_size, 100]).astype(np.float32)\n'
+            '    with tf.GradientTape() as tape:\n'
+            '        loss = discriminator_loss(discriminator(real)) + discriminator_loss(discriminator(generator(noise)))\n'
+            '    grads = tape.gradient(loss, discriminator.trainable_variables)\n'
+            '    optimizer.apply_gradients(zip(grads, discriminator.trainable_variables))\n'
+            '# %%\n'
+            'for batch in train_data:\n'
+            '    train_step(batch)\n'
+            'sample = generator(np.random.normal(size=[batch_size, 100]))\n',
+        ),
+        # TF1's MNIST batches split across ranks and the noise fed beside them (a TF1 GAN): its rows follow the split, or the discriminator's real and fake halves differ in size.
+        Example(
+            'import numpy as np\n'
+            'import tensorflow as tf\n'
+            'from tensorflow.examples.tutorials.mnist import input_data\n'
+            "mnist = input_data.read_data_sets('/tmp/data/', one_hot=True)\n"
+            'batch_size = 128\n'
+            'train_op = tf.train.AdamOptimizer(0.001).minimize(loss)\n'
+            'with tf.Session() as sess:\n'
+            '    sess.run(tf.global_variables_initializer())\n'
+            '    for step in range(1, 501):\n'
+            '        batch_x, _ = mnist.train.next_batch(batch_size)\n'
+            '        z = np.random.uniform(-1., 1., size=[batch_size, noise_dim])\n'
+            '        sess.run(train_op, feed_dict={real: batch_x, noise: z})\n',
+            'import numpy as np\n'
+            'import tensorflow as tf\n'
+            'import os\n'
+            'from tensorflow.examples.tutorials.mnist import input_data\n'
+            "mnist = input_data.read_data_sets('/tmp/data/', one_hot=True, seed=1234)\n"
+            'batch_size = 128\n'
+            'train_op = tf.train.AdamOptimizer(0.001).minimize(loss)\n'
+            'with tf.Session() as sess:\n'
+            '    sess.run(tf.global_variables_initializer())\n'
+            '    for step in range(1, 501):\n'
+            "        batch_x, _ = [part[int(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', '1'))] for part in mnist.train.next_batch(batch_size)]\n"
+            "        z = np.random.uniform(-1., 1., size=[batch_size // int(os.getenv('RANK_SIZE', '1')), noise_dim])\n"
+            '        sess.run(train_op, feed_dict={real: batch_x, noise: z})\n',
+        ),
     ]
 
     def prepare(self, context) -> None:
@@ -744,7 +817,7 @@ class MissingShard(Rule):
                     note=_even_cut_note(context, facts, source)),
                 _env_shard(cell, facts, source, None, context),
             )
-        edits, ones = None, []
+        edits, ones, sizes_note = None, [], ""
         if not context.tf1 and batch is not None:
             edits = _shard_and_rebatch(context, cell, facts, source, batch)
         if edits is None:
@@ -754,6 +827,10 @@ class MissingShard(Rule):
             how = _("add npu.distribute.shard_and_rebatch_dataset before shuffle and batch")
             ones = _calls_with_a_batch_of_one(context, source, _batch_argument(batch))
             edits += [replace(c, f, node, K.RANK_SIZE_EXPR, [NEEDS_OS]) for c, f, node in ones]
+            if source.function is None:  # rank_batch_size is a global: the step's own per-example sizes follow it
+                sizes = per_rank_sizes(context, _batch_argument(batch), RANK_BATCH, _steps_over(context, source, batch))
+                edits += sizes
+                sizes_note = _sizes_note(sizes)
         split = _(", and split the global batch across ranks") if batch is not None else ""
         if ones:
             cells = ", ".join(str(c) for c in dict.fromkeys(c for c, _f, _n in ones))
@@ -764,7 +841,7 @@ class MissingShard(Rule):
                 "instead, so that each rank reads one sample a step as one card did",
                 len(ones),
             ).format(cells=cells)
-        note = _even_cut_note(context, facts, source)
+        note = sizes_note + _even_cut_note(context, facts, source)
         context.shard_fix_splits_batch |= batch is not None
         return self.finding(
             cell, facts, source.node,
@@ -787,6 +864,7 @@ class MissingShard(Rule):
         if seeded is not None:
             edits.append(add_argument(cell, facts, load.node, seeded))
         batch_edits: List[Edit] = []
+        sizes_note = ""
         size = load.keyword("batch_size")
         horovod = context.facts.imports_module("horovod")  # Horovod's batch is per rank already: kept
         if not horovod and size is not None:
@@ -794,10 +872,17 @@ class MissingShard(Rule):
                 batch_edits = _divided(context, cell, facts, size.value, K.RANK_SIZE_EXPR, [NEEDS_OS])
         elif not horovod:
             for split in splits:
-                found = first_batch(context, holders(context.facts, split), (cell, load.stmt.end_lineno), split.subscript)
+                names = holders(context.facts, split)
+                found = first_batch(context, names, (cell, load.stmt.end_lineno), split.subscript)
                 batch_size = _batch_argument(found[2]) if found is not None else None
                 if batch_size is not None:
-                    batch_edits += _divided(context, found[0], found[1], batch_size, K.RANK_SIZE_EXPR, [NEEDS_OS])
+                    divided = _divided(context, found[0], found[1], batch_size, K.RANK_SIZE_EXPR, [NEEDS_OS])
+                    batch_edits += divided
+                    if divided:
+                        sizes = per_rank_sizes(context, batch_size, _per_rank(batch_size), loops_over(context, names),
+                                               [NEEDS_OS])
+                        batch_edits += sizes
+                        sizes_note += _sizes_note(sizes)
         context.shard_fix_splits_batch |= bool(batch_edits)
         return self.finding(
             cell, facts, load.node,
@@ -806,7 +891,8 @@ class MissingShard(Rule):
                 split=", ".join(split.expression for split in splits),
                 batch=_(", and split its global batch across ranks") if batch_edits else "")
             + (_("; its files are shuffled with seed {seed} on every rank (each rank's own file order before "
-                 "the shard gives ranks overlapping samples)").format(seed=K.SHARED_SEED) if seeded else ""),
+                 "the shard gives ranks overlapping samples)").format(seed=K.SHARED_SEED) if seeded else "")
+            + sizes_note,
             edits + batch_edits,
         )
 
@@ -943,6 +1029,9 @@ class MissingShard(Rule):
                 continue
             rows = f"[part[{K.RANK_ID_EXPR}::{K.RANK_SIZE_EXPR}] for part in {{batch}}]"
             edits = [replace_with(cell, facts, site.node, rows, [NEEDS_OS], batch=site.node)]
+            loop = _enclosing_loop(facts, site.node)
+            sizes = per_rank_sizes(context, size, _per_rank(size), [(cell, facts, loop)], [NEEDS_OS]) if loop else []
+            edits += sizes
             l_cell, l_facts, load = loads[receiver.value.id]
             if load.keyword("seed") is None and receiver.value.id not in seeded:
                 edits.append(add_argument(l_cell, l_facts, load.node, f"seed={K.SHARED_SEED}"))
@@ -951,7 +1040,7 @@ class MissingShard(Rule):
             findings.append(self.finding(cell, facts, site.node, _(
                 "every rank reads the same batches: the loader shuffles with seed {seed} on every rank, and each "
                 "rank takes every RANK_SIZE-th row of each batch from RANK_ID, its part of the global batch").format(
-                    seed=K.SHARED_SEED), edits))
+                    seed=K.SHARED_SEED) + _sizes_note(sizes), edits))
         return findings
 
     def _split_each_window(self, context, cell, facts: CellFacts, slices: List[ast.Subscript], arrays, rank_rows: str):
@@ -1406,6 +1495,28 @@ def _samples_named(context, source: CallSite) -> Optional[str]:
         if bound and all(isinstance(a.value, ast.List) and a.value.elts and _is_samples(a.value) for a in bound):
             return part.id
     return None
+
+
+def _steps_over(context, source: CallSite, batch: CallSite):
+    """The loops iterating the pipeline made at ``source`` (by the names it and its batch are given)."""
+    names = {name for stmt in (source.chain()[-1].stmt, batch.stmt) if (name := single_target(stmt)) is not None}
+    named = set()
+    for name in names:
+        named |= holders(context.facts, TrainingSplit(name, {name}))
+    return loops_over(context, named)
+
+
+def _sizes_note(edits: List[Edit]) -> str:
+    if not edits:
+        return ""
+    cells = ", ".join(str(cell) for cell in sorted({edit.cell for edit in edits}))
+    return _("; what the step makes per example with the global batch size (cell {cells}) takes the per-rank "
+             "batch").format(cells=cells)
+
+
+def _per_rank(size: Optional[ast.expr]) -> str:
+    """The per-rank part of a global batch given by a name: ``batch_size // RANK_SIZE``."""
+    return f"{size.id} // {K.RANK_SIZE_EXPR}" if isinstance(size, ast.Name) else ""
 
 
 def _divided(context, cell, facts: CellFacts, size: ast.expr, divisor: str, needs) -> List[Edit]:

@@ -187,8 +187,6 @@ def check_broadcast(records: Records, size: int) -> Check:
         )
     starts = {rank: first_start(records[rank]) for rank in range(size)}
     cell = starts[0]["cell"]
-    prints = {rank: start["fingerprint"] for rank, start in starts.items()}
-    count = starts[0]["count"]
     empty = [rank for rank, start in starts.items() if not start["count"]]
     if empty:
         return Check(
@@ -198,6 +196,35 @@ def check_broadcast(records: Records, size: int) -> Check:
                 ranks=_ranks(empty), where=_where(starts[0])),
             cell,
         )
+    verdict = _broadcast_verdict(records, size, starts)
+    for names in _other_trained_sets(records[0], starts[0]) if verdict.status == PASS else ():
+        others = {rank: _start_of(records.get(rank, []), names) for rank in range(size)}
+        if all(start is not None and start["count"] for start in others.values()):
+            other = _broadcast_verdict(records, size, others)
+            if other.status == FAIL:  # a second model trained beside the first (a GAN's generator)
+                return other
+    return verdict
+
+
+def _other_trained_sets(rank_records: List[dict], first: dict) -> List[list]:
+    """The variables of the other models a custom loop trained, each with its own start."""
+    names = []
+    for record in rank_records:
+        if record["kind"] == "weights" and record["moment"] == "start" and record["names"] != first["names"] \
+                and record["source"] == "optimizer step" and record["names"] not in names:
+            names.append(record["names"])
+    return names
+
+
+def _start_of(rank_records: List[dict], names: list) -> Optional[dict]:
+    return next((r for r in rank_records if r["kind"] == "weights" and r["moment"] == "start"
+                 and r["names"] == names), None)
+
+
+def _broadcast_verdict(records: Records, size: int, starts: Dict[int, dict]) -> Check:
+    cell = starts[0]["cell"]
+    prints = {rank: start["fingerprint"] for rank, start in starts.items()}
+    count = starts[0]["count"]
     when = _("when training started")
     if starts[0].get("after_first_step"):
         when = _("after the first batch (the model built its variables on its first batch)")

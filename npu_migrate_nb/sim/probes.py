@@ -1008,15 +1008,23 @@ def _wrap_estimator_train(original):
 OBSERVED_STEPS = 2
 
 
+class _Trained:
+    """One set of variables an optimizer updates outside fit/Estimator (a GAN trains two such sets,
+    each with its optimizer: each has its own start, first update and end)."""
+
+    def __init__(self):
+        self.steps = 0
+        self.variables: list = []
+        self.arrays: Optional[List[np.ndarray]] = None  # graph-mode values, read before the last update
+        self.dirty = False
+        self.observed = None  # TF2 functions: a variable counting this set's observed updates
+
+
 class _LoopTracker:
     """Optimizer steps outside fit/Estimator: the values before the first one, and the end values."""
 
     def __init__(self):
-        self._started = False
-        self._steps = 0
-        self._latest_variables: list = []
-        self._latest_arrays: Optional[List[np.ndarray]] = None
-        self._dirty = False
+        self._trained: Dict[tuple, _Trained] = {}  # variable names -> what was seen of them
         self._step_counter = None  # TF2 functions: a variable counting every optimizer step
         self._steps_at_last_end = 0
         self._uncounted_steps = 0  # steps seen by on_step that the counter does not count
@@ -1027,19 +1035,26 @@ class _LoopTracker:
 
     def forget(self):
         counter = self._step_counter
+        observed = [trained.observed for trained in self._trained.values() if trained.observed is not None]
         self.__init__()
-        if counter is not None:  # functions traced earlier keep this variable: restart its count
+        if counter is not None:  # functions traced earlier keep these variables: restart their counts
             counter.assign(0)
             self._step_counter = counter
+        for variable in observed:  # kept by the traced functions; the next observed_counter makes its own
+            variable.assign(0)
 
     def step_counter(self):
         """The step-counting variable of TF2 functions, made eagerly on first use (while tracing)."""
         if self._step_counter is None:
-            import tensorflow as tf
-
-            with tf.init_scope():
-                self._step_counter = tf.Variable(0, trainable=False, dtype=tf.int64, name="npu_sim_optimizer_steps")
+            self._step_counter = _counting_variable("npu_sim_optimizer_steps")
         return self._step_counter
+
+    def observed_counter(self, variables):
+        """The variable counting the observed updates of this set in TF2 functions (made while tracing)."""
+        trained = self._trained.setdefault(_names(variables), _Trained())
+        if trained.observed is None:
+            trained.observed = _counting_variable("npu_sim_observed_steps")
+        return trained.observed
 
     def begin_cell(self) -> None:
         self._steps_at_cell_start = self.total_steps()
@@ -1068,44 +1083,56 @@ class _LoopTracker:
         return moved
 
     def on_step(self, variables, arrays, counted: bool = False) -> None:
-        """Called before every update; the first call is the start of training, the second one
-        sees the first update's result ("step1": how large one update was). ``counted``: the step
-        is also counted by the TF2 functions' step counter. ``arrays``: the values (a graph's,
-        kept for its end), or eagerly a function that reads them, called only for a record (a
-        read every step would copy the model every step)."""
-        self._dirty = True
-        self._steps += 1
+        """Called before every update of a set of variables; its first call is the start of training,
+        its second one sees the first update's result ("step1": how large one update was). ``counted``:
+        the step is also counted by the TF2 functions' step counter. ``arrays``: the values (a graph's,
+        kept for its end), or eagerly a function that reads them, called only for a record (a read every
+        step would copy the model every step)."""
+        trained = self._trained.setdefault(_names(variables), _Trained())
+        trained.dirty = True
+        trained.steps += 1
         self._uncounted_steps += 0 if counted else 1
         kept = None if callable(arrays) else arrays
         read = arrays if kept is None else lambda: kept
         if not self._feed_recorded:
             self._feed_recorded = _record_session_feed()
-        if not self._started:
-            self._started = True
+        if trained.steps == 1:
             record_weights("start", "optimizer step", [v.name for v in variables], read())
-        elif self._steps == OBSERVED_STEPS:  # the last step a TF2 function lets the probe see
+        elif trained.steps == OBSERVED_STEPS:  # the last step a TF2 function lets the probe see
             record_weights("step1", "optimizer step", [v.name for v in variables], read())
-        self._latest_variables, self._latest_arrays = list(variables), kept
+        trained.variables, trained.arrays = list(variables), kept
 
     def record_end_values(self) -> None:
         # TF2 functions call on_step only for the first steps: the counter tells a later cell trained
         counted = self._counted_steps_since_last_end()
-        if not (self._dirty or counted):
+        ended = [t for t in self._trained.values() if t.variables and (t.dirty or counted)]
+        if not ended:
             return
-        self._dirty = False
         import tensorflow as tf
 
-        variables = self._latest_variables
-        arrays = self._latest_arrays  # graph-mode variables: the values read before the last update
-        if tf.executing_eagerly():
-            try:
-                arrays = _read_without_copying(variables)
-            except Exception:  # variables of a graph, in an eager program
-                pass
         total = self._uncounted_steps + self._steps_at_last_end  # the counter, as just read
-        record_weights("end", "optimizer step", [v.name for v in variables], arrays,
-                       steps=total - self._steps_recorded)
+        for trained in ended:
+            trained.dirty = False
+            arrays = trained.arrays  # graph-mode variables: the values read before the last update
+            if tf.executing_eagerly():
+                try:
+                    arrays = _read_without_copying(trained.variables)
+                except Exception:  # variables of a graph, in an eager program
+                    pass
+            record_weights("end", "optimizer step", [v.name for v in trained.variables], arrays,
+                           steps=total - self._steps_recorded)
         self._steps_recorded = total
+
+
+def _names(variables) -> tuple:
+    return tuple(v.name for v in variables)
+
+
+def _counting_variable(name: str):
+    import tensorflow as tf
+
+    with tf.init_scope():
+        return tf.Variable(0, trainable=False, dtype=tf.int64, name=name)
 
 
 _loop_tracker = _LoopTracker()
@@ -1127,7 +1154,11 @@ def _wrap_apply_gradients(original):
         eager_outside = tf.compat.v1.executing_eagerly_outside_functions()
 
         def observe(*arrays):
-            _loop_tracker.on_step(variables, list(arrays), counted=eager_outside)
+            run = _run_observations
+            if run is not None and not eager_outside:  # a TF1 session run: one step, seen when it ends
+                run.update((v.name, (v, a)) for v, a in zip(variables, arrays))
+            else:
+                _loop_tracker.on_step(variables, list(arrays), counted=eager_outside)
             return np.int32(0)
 
         def read_and_observe():
@@ -1140,9 +1171,10 @@ def _wrap_apply_gradients(original):
         else:
             # TF2 function: only the first steps, so that training pays nothing after them
             counter = _loop_tracker.step_counter()
-            observed = tf.cond(counter < OBSERVED_STEPS, read_and_observe, lambda: tf.constant(0, tf.int32))
+            seen = _loop_tracker.observed_counter(variables)  # per set: a GAN's two updates are each seen twice
+            observed = tf.cond(seen < OBSERVED_STEPS, read_and_observe, lambda: tf.constant(0, tf.int32))
             with tf.control_dependencies([observed]):
-                probe = counter.assign_add(1)
+                probe = tf.group(counter.assign_add(1), seen.assign_add(1))
         with tf.control_dependencies([probe]):
             update = original(self, grads_and_vars, *args, **kwargs)
         if not eager_outside and getattr(update, "name", None):
@@ -1261,6 +1293,31 @@ def _wrap_should_stop(original):
 # The arrays the session call running now was fed (a TF1 loop's batches, ``feed_dict``): set by the
 # main thread around ``Session.run``, read by the step probe, which runs in an executor thread.
 _session_feed: Optional[dict] = None
+# The variables the update probes of the TF1 session run under way read, by name. A run that updates
+# two models (a GAN's generator and discriminator, each with its optimizer) runs their probes in an
+# order of TensorFlow's choosing: seen as one step with every variable in name order, the start and
+# end of training are the same on every rank whatever order each rank ran them in.
+_run_observations: Optional[dict] = None
+
+
+def _start_run_observations() -> Optional[dict]:
+    global _run_observations
+    outer, _run_observations = _run_observations, ({} if _run_observations is None else _run_observations)
+    return outer
+
+
+def _end_run_observations(outer: Optional[dict]) -> None:
+    """The session run ended: its updates are one optimizer step (the outermost run only)."""
+    if outer is None and _run_observations:
+        seen = [_run_observations[name] for name in sorted(_run_observations)]
+        _run_observations.clear()
+        _loop_tracker.on_step([v for v, _a in seen], [a for _v, a in seen])
+
+
+def _stop_run_observations(outer: Optional[dict]) -> None:
+    global _run_observations
+    if outer is None:
+        _run_observations = None
 
 
 # TF1 graph -> the datasets iterated in it (made into an iterator) and not yet observed: a session
@@ -1324,10 +1381,13 @@ def _wrap_session_run(original):
             if replayed is not _NOT_REPLAYED:
                 return replayed
         _session_feed = feed_dict or None
+        outer = _start_run_observations()
         try:
             result = original(self, fetches, feed_dict, *args, **kwargs)
+            _end_run_observations(outer)
         finally:
             _session_feed = None
+            _stop_run_observations(outer)
         if fetched is not None:
             _session_proof.ran(self, fetched, result)
         return result

@@ -12,7 +12,10 @@ after ``fix``, every cell runs and the three checks pass.
 * one sample repeated (``from_tensors(...).repeat()``): nothing to shard or aggregate;
 * a TF1 graph trained on constants first, then on batches fed through ``feed_dict`` (the probe
   watched only the first loop's feed, so the fed batches were never seen);
-* an odd count of time-series windows (a plain shard left one rank a step more, waiting forever).
+* an odd count of time-series windows (a plain shard left one rank a step more, waiting forever);
+* GANs (issue 34, TensorFlow-Examples): noise and labels made in the step with the global batch size beside
+  a rank's rows (a shape error on the ranks), two models each with its optimizer (both broadcast, each
+  checked), and a TF1 session run updating both (the probes' order differs from rank to rank).
 """
 
 import json
@@ -186,7 +189,57 @@ ODD_COUNT_OF_WINDOWS = [
     "model.fit(window_dataset(series, 30, 4), epochs=2, verbose=0)",
 ]
 
+GAN_TF2 = [
+    "import numpy as np\nimport tensorflow as tf\n" + DATA +
+    "batch_size = 32\n"
+    "dataset = tf.data.Dataset.from_tensor_slices(x).shuffle(256).batch(batch_size)",
+    "generator = tf.keras.Sequential([tf.keras.layers.Dense(4)])\n"
+    "discriminator = tf.keras.Sequential([tf.keras.layers.Dense(1)])\n"
+    "optimizer_gen = tf.keras.optimizers.SGD(0.05)\n"
+    "optimizer_disc = tf.keras.optimizers.SGD(0.05)\n"
+    "bce = tf.keras.losses.BinaryCrossentropy(from_logits=True)",
+    "def discriminator_loss(real, fake):\n"
+    "    return bce(tf.ones([batch_size, 1]), real) + bce(tf.zeros([batch_size, 1]), fake)\n"
+    "def train_step(real):\n"
+    "    noise = np.random.normal(size=[batch_size, 2]).astype(np.float32)\n"
+    "    with tf.GradientTape() as g_tape, tf.GradientTape() as d_tape:\n"
+    "        fake = generator(noise)\n"
+    "        g_loss = bce(tf.ones([batch_size, 1]), discriminator(fake))\n"
+    "        d_loss = discriminator_loss(discriminator(real), discriminator(fake))\n"
+    "    g_grads = g_tape.gradient(g_loss, generator.trainable_variables)\n"
+    "    d_grads = d_tape.gradient(d_loss, discriminator.trainable_variables)\n"
+    "    optimizer_gen.apply_gradients(zip(g_grads, generator.trainable_variables))\n"
+    "    optimizer_disc.apply_gradients(zip(d_grads, discriminator.trainable_variables))",
+    "for epoch in range(2):\n"
+    "    for batch in dataset:\n"
+    "        train_step(batch)",
+]
+
+GAN_TF1 = [
+    "import numpy as np\nimport tensorflow.compat.v1 as tf\ntf.disable_v2_behavior()\n" + DATA +
+    "batch_size = 32",
+    "real = tf.placeholder(tf.float32, [None, 4])\n"
+    "noise = tf.placeholder(tf.float32, [None, 2])\n"
+    "with tf.variable_scope('gen'):\n"
+    "    fake = tf.layers.dense(noise, 4)\n"
+    "with tf.variable_scope('disc'):\n"
+    "    w = tf.get_variable('w', [4, 1])\n"
+    "d_real, d_fake = tf.matmul(real, w), tf.matmul(fake, w)\n"
+    "d_loss = -tf.reduce_mean(tf.log_sigmoid(d_real) + tf.log_sigmoid(-d_fake))\n"
+    "g_loss = -tf.reduce_mean(tf.log_sigmoid(d_fake))\n"
+    "train_gen = tf.train.AdamOptimizer(0.01).minimize(g_loss, var_list=tf.trainable_variables('gen'))\n"
+    "train_disc = tf.train.AdamOptimizer(0.01).minimize(d_loss, var_list=tf.trainable_variables('disc'))",
+    "sess = tf.Session()\n"
+    "sess.run(tf.global_variables_initializer())\n"
+    "for step in range(16):\n"
+    "    i = (step * batch_size) % 256\n"
+    "    z = np.random.uniform(-1., 1., size=[batch_size, 2])\n"
+    "    sess.run([train_gen, train_disc], feed_dict={real: x[i:i + batch_size], noise: z})",
+]
+
 CASES = {
+    "a gan: noise and labels of the global batch, two models built on their first call": (GAN_TF2, "tf2"),
+    "a tf1 gan: one session run updates two models": (GAN_TF1, "tf1"),
     "tf2 code with a compat.v1 part, saving on every rank": (MIXED_AND_SAVING, "tf2"),
     "a model built on its first call in a custom loop": (LAZY_CUSTOM_LOOP, "tf2"),
     "tf1 keras with numpy arrays, two models": (TF1_KERAS_TWO_MODELS, "tf1"),
@@ -220,3 +273,21 @@ def test_caught_unfixed_and_proven_after_fix(tmp_path, name):
     result = json.loads(out)
     assert code == 0 and result["checks"] == EXPECTED_AFTER_FIX.get(name, ALL_PASS), (result["check_details"], err[-3000:])
     assert all(cell["status"] == "ok" for cell in result["cells"]) and result["file_clashes"] == []
+
+
+def test_a_second_model_left_unbroadcast_is_caught(tmp_path):
+    """Each model a custom loop trains is checked, not only the first: the generator's broadcast
+    taken out of the fixed GAN fails the check, naming its variables."""
+    notebook = write_notebook(tmp_path / "single_card.ipynb", GAN_TF2)
+    fixed = tmp_path / "fixed.ipynb"
+    assert cli("fix", str(notebook), "-o", str(fixed))[0] == 0
+    document = json.loads(fixed.read_text())
+    sources = ["".join(cell["source"]) for cell in document["cells"]]
+    loop = next(i for i, source in enumerate(sources) if "npu.distribute.broadcast(generator" in source)
+    kept = [line for line in sources[loop].splitlines(keepends=True)
+            if "optimizer_gen.iterations == 1" not in line and "broadcast(generator" not in line]
+    document["cells"][loop]["source"] = kept
+    fixed.write_text(json.dumps(document))
+    code, out, err = cli("run", str(fixed), "-n", "2", "--format", "json", "--no-one-card")
+    result = json.loads(out)
+    assert result["checks"]["broadcast"] == "fail", (result["check_details"], err[-3000:])

@@ -1,0 +1,120 @@
+"""Tensors a training step makes per example, sized with the global batch.
+
+Once the fix gives each rank its part of the global batch, a step that also makes a tensor of its own
+per example with the global batch size (a GAN's noise ``np.random.normal(size=[batch_size, noise_dim])``,
+its labels ``tf.ones([batch_size])``) mixes a rank's rows with a global number of rows: a shape error
+(``Incompatible shapes: [64,1] vs. [128,1]``), or, where nothing meets them, a step on more noise than
+one card made for the same rows. Those sizes follow the split: the per-rank batch, read in the code the
+step runs (the loop that reads the batches and the notebook's functions it calls), nowhere else.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Iterator, List, Optional, Sequence, Set, Tuple
+
+from ..facts import CellFacts, chain_root_name, dotted_name
+from ..findings import Edit
+from ..names import function_locals
+from .base import replace
+
+_DEPTH = 3  # calls followed from the step's loop (run_optimization -> discriminator_loss)
+_LIBRARIES = ("tensorflow.", "numpy.")
+# Calls whose shape or size argument gives the number of rows of what they make.
+_SIZING = {"ones", "zeros", "fill", "empty", "full", "normal", "uniform", "truncated_normal", "random_normal",
+           "random_uniform", "randn", "rand", "randint", "standard_normal", "binomial", "categorical", "reshape",
+           "stateless_normal", "stateless_uniform", "poisson", "gamma"}
+_SHAPE_KEYWORDS = ("shape", "size", "dims", "newshape")
+_WRAPPERS = ("enumerate", "tqdm", "trange", "zip", "iter")
+
+Step = Tuple[int, CellFacts, ast.AST]  # a cell, its facts and the loop (or function) whose body is the step
+
+
+def loops_over(context, names: Set[str]) -> List[Step]:
+    """The ``for`` loops of the notebook's cells (at any depth) that iterate one of these datasets."""
+    found = []
+    for cell, facts in context.facts.cells:
+        for node in ast.walk(facts.tree):
+            if isinstance(node, ast.For) and _iterated_name(node.iter) in names:
+                found.append((cell, facts, node))
+    return found
+
+
+def per_rank_sizes(context, size: Optional[ast.expr], per_rank: str, steps: Sequence[Step],
+                   needs: Sequence[str] = ()) -> List[Edit]:
+    """Edits giving ``per_rank`` (code) for the global batch ``size`` (a name bound at the top of a cell)
+    where the steps size a per-example tensor with it."""
+    if not isinstance(size, ast.Name):
+        return []
+    edits, seen = [], set()
+    for cell, facts, node in _reads(context, size.id, steps):
+        if (cell, id(node)) not in seen:
+            seen.add((cell, id(node)))
+            edits.append(replace(cell, facts, node, per_rank, needs))
+    return edits
+
+
+def _reads(context, batch: str, steps: Sequence[Step]) -> Iterator[Tuple[int, CellFacts, ast.Name]]:
+    visited: Set[int] = set()
+    pending = [(cell, facts, body, _DEPTH) for cell, facts, body in steps]
+    while pending:
+        cell, facts, scope, depth = pending.pop()
+        if id(scope) in visited:
+            continue
+        visited.add(id(scope))
+        if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)) and batch in function_locals(scope):
+            continue  # the function's own batch_size, not the notebook's
+        for node in _walk_body(scope):
+            if not isinstance(node, ast.Call):
+                continue
+            read = _sizing_read(context, node, batch)
+            if read is not None:
+                yield cell, facts, read
+            if depth > 1 and isinstance(node.func, ast.Name):
+                called = context.facts.function(node.func.id)
+                if called is not None:
+                    pending.append((called[0], called[1], called[2], depth - 1))
+
+
+def _walk_body(scope: ast.AST) -> Iterator[ast.AST]:
+    """The nodes of a loop's or function's body, not those of functions or classes defined in it."""
+    todo = list(getattr(scope, "body", [])) + list(getattr(scope, "orelse", []))
+    while todo:
+        node = todo.pop()
+        yield node
+        for child in ast.iter_child_nodes(node):
+            if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+                todo.append(child)
+
+
+def _sizing_read(context, call: ast.Call, batch: str) -> Optional[ast.Name]:
+    """The ``batch`` name giving the number of rows of what ``call`` makes: ``tf.ones([batch])``,
+    ``np.random.normal(0, 1, size=(batch, 100))``, ``np.random.randn(batch, 100)``, ``tf.reshape(x, [batch, -1])``."""
+    dotted = context.facts.resolve(dotted_name(call.func))
+    if not dotted.startswith(_LIBRARIES) or dotted.rsplit(".", 1)[-1] not in _SIZING:
+        return None
+    tail = dotted.rsplit(".", 1)[-1]
+    shapes = [keyword.value for keyword in call.keywords if keyword.arg in _SHAPE_KEYWORDS]
+    if tail == "reshape":
+        shapes += call.args[1:2]
+    elif tail in ("randn", "rand") and call.args:
+        return _named(call.args[0], batch)  # the dimensions are the arguments themselves
+    elif tail in ("ones", "zeros", "fill", "empty", "full") or dotted.startswith("tensorflow."):
+        shapes += call.args[:1]
+    for shape in shapes:
+        first = shape.elts[0] if isinstance(shape, (ast.List, ast.Tuple)) and shape.elts else shape
+        named = _named(first, batch)
+        if named is not None:
+            return named
+    return None
+
+
+def _named(node: ast.AST, name: str) -> Optional[ast.Name]:
+    return node if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load) else None
+
+
+def _iterated_name(node: ast.expr) -> Optional[str]:
+    """The dataset a ``for`` iterates: ``ds``, ``ds.take(n)``, ``enumerate(ds.take(n))``, ``tqdm(ds)``."""
+    while isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _WRAPPERS and node.args:
+        node = node.args[0]
+    return chain_root_name(node)
