@@ -264,9 +264,9 @@ def _steps(facts: NotebookFacts, context: Context) -> Dict[str, str]:
         "shard": has_rank_shard(facts),
     }
     if present["allreduce"]:
-        from .rules.allreduce import some_compile_unwrapped
+        from .rules.allreduce import some_compile_unwrapped, symbolic_gradients_applied
 
-        present["allreduce"] = not some_compile_unwrapped(context)
+        present["allreduce"] = not some_compile_unwrapped(context) and not symbolic_gradients_applied(context)
     return {step: "present" if present[step] else "missing" for step in STEPS}
 
 

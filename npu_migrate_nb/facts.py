@@ -431,6 +431,7 @@ TENSORFLOW_ALIAS = "tf"
 NPU_BRIDGE_NAMES = frozenset(
     {
         "npu_distributed_optimizer_wrapper",
+        "npu_allreduce",
         "NPUDistributedOptimizer",
         "NPUOptimizer",
         "NPULossScaleOptimizer",

@@ -124,6 +124,9 @@ BROADCAST_FORMS = frozenset(
         "npu_device.distribute.broadcast",
     }
 )
+# TensorFlow 1's symbolic gradients: what they give is applied with apply_gradients, past the TF1
+# wrapper (which all-reduces in compute_gradients, minimize's first half).
+TF1_SYMBOLIC_GRADIENTS = frozenset({"tensorflow.gradients", "tensorflow.compat.v1.gradients"})
 TF1_KERAS_BROADCAST_FORMS = frozenset(
     {"npu_bridge.NPUBroadcastGlobalVariablesCallback", "npu_bridge.npu_callbacks_append"}
 )
@@ -132,6 +135,7 @@ ALLREDUCE_FORMS = frozenset(
         "npu_bridge.npu_distributed_optimizer_wrapper",
         "npu_bridge.NPUDistributedOptimizer",
         "npu_bridge.hccl_ops.allreduce",
+        "npu_bridge.npu_allreduce",
         "npu_device.distribute.all_reduce",
         "npu_device.distribute.npu_distributed_keras_optimizer_wrapper",
     }

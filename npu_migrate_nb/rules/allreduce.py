@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import ast
-from typing import Iterable, Iterator, List, Optional
+from typing import Iterable, Iterator, List, Optional, Tuple
 
 from .. import knowledge as K
 from ..facts import CallSite, CellFacts, dotted_name
-from ..findings import NEEDS_NPU_BRIDGE, NEEDS_NPU_DEVICE, Edit, Finding
+from ..findings import NEEDS_NPU_BRIDGE, NEEDS_NPU_DEVICE, NEEDS_OS, Edit, Finding
 from ..analysis import is_distributed_argument
 from ..i18n import N_, _
 from .base import Example, Rule, add_argument, insert_after, keras_prefix, replace, single_target, wrap
@@ -517,6 +517,32 @@ class MissingAllreduce(Rule):
             "    loss_info = agent.train(replay_buffer.gather_all())\n",
             adapter="npu_device",
         ),
+        # TF1 gradients of tf.gradients given to apply_gradients (TensorFlow-Examples' TensorBoard guide): the wrapper all-reduces in compute_gradients, never called here, so they are all-reduced where they are made; npu_allreduce runs HCCL on one card too, hence the guard.
+        Example(
+            'import tensorflow as tf\n'
+            'loss = tf.reduce_mean(tf.square(tf.matmul(x, w) - y))\n'
+            'optimizer = tf.train.GradientDescentOptimizer(0.01)\n'
+            'grads = tf.gradients(loss, tf.trainable_variables())\n'
+            'grads = list(zip(grads, tf.trainable_variables()))\n'
+            'apply_grads = optimizer.apply_gradients(grads_and_vars=grads)\n'
+            'with tf.Session() as sess:\n'
+            '    sess.run(tf.global_variables_initializer())\n'
+            '    sess.run(apply_grads, feed_dict={x: batch_x, y: batch_y})\n',
+            'from npu_bridge.npu_init import *\n'
+            'import tensorflow as tf\n'
+            'import os\n'
+            'loss = tf.reduce_mean(tf.square(tf.matmul(x, w) - y))\n'
+            'optimizer = tf.train.GradientDescentOptimizer(0.01)\n'
+            'optimizer = npu_distributed_optimizer_wrapper(optimizer)\n'
+            'grads = tf.gradients(loss, tf.trainable_variables())\n'
+            "if int(os.getenv('RANK_SIZE', '1')) > 1:\n"
+            '    grads = npu_allreduce(grads)\n'
+            'grads = list(zip(grads, tf.trainable_variables()))\n'
+            'apply_grads = optimizer.apply_gradients(grads_and_vars=grads)\n'
+            'with tf.Session() as sess:\n'
+            '    sess.run(tf.global_variables_initializer())\n'
+            '    sess.run(apply_grads, feed_dict={x: batch_x, y: batch_y})\n',
+        ),
     ]
 
     def prepare(self, context) -> None:
@@ -534,6 +560,7 @@ class MissingAllreduce(Rule):
             return list(self._wrap_compiled_optimizers(context, only_unwrapped=True))
         findings: List[Finding] = list(self._set_is_distributed(context))
         if context.tf1:
+            findings += self._all_reduce_symbolic_gradients(context)
             findings += self._wrap_tf1_optimizers(context)
             findings += self._canned_estimator_optimizers(context)
         elif "estimator" in context.frameworks:  # the Estimator part of TF2 code trains in a TF1 graph
@@ -563,6 +590,22 @@ class MissingAllreduce(Rule):
                 _("gradients are not aggregated across ranks: {method} all-reduces them only with "
                   "is_distributed=True (the default is False)").format(method=site.method),
                 [edit],
+            )
+
+    # -- TF1: gradients of tf.gradients, applied with apply_gradients
+    def _all_reduce_symbolic_gradients(self, context) -> Iterator[Finding]:
+        """``grads = tf.gradients(loss, variables)`` then ``optimizer.apply_gradients(...)``: the TF1
+        wrapper all-reduces in ``compute_gradients`` only, which this code never calls, so the
+        gradients are all-reduced where they are made (``npu_allreduce``, "mean"); the adapter's
+        ``npu_allreduce`` runs HCCL even on one card, hence the guard on RANK_SIZE."""
+        for cell, facts, site, name in symbolic_gradients_applied(context):
+            code = f"if {K.RANK_SIZE_EXPR} > 1:\n    {name} = npu_allreduce({name})"
+            yield self.finding(
+                cell, facts, site.node,
+                _("gradients are not aggregated across ranks: {name} comes from tf.gradients and goes to "
+                  "apply_gradients, past npu_distributed_optimizer_wrapper (it all-reduces in compute_gradients): "
+                  "all-reduce them where they are made (npu_allreduce, mean)").format(name=name),
+                [insert_after(cell, facts, site.stmt, code, [NEEDS_NPU_BRIDGE, NEEDS_OS])],
             )
 
     # -- TF1: wrap every tf.train optimizer where it is created
@@ -856,6 +899,30 @@ def _reduce_reduction_argument(context, optimizer: ast.expr) -> str:
     if context.tf1 or not isinstance(optimizer, ast.Name):
         return ""
     return ', reduce_reduction="sum"' if wrapper_reduction_for(context, {optimizer.id}) == SUM else ""
+
+
+def symbolic_gradients_applied(context) -> List[Tuple[int, CellFacts, CallSite, str]]:
+    """(cell, facts, call, name) of each ``name = tf.gradients(...)`` of TF1 code whose gradients an
+    ``apply_gradients`` reads (by the name, or ``list(zip(name, ...))`` bound to it), and that no
+    all-reduce reads."""
+    if not context.tf1:
+        return []
+    found = []
+    for cell, facts, site in context.facts.calls_to(*K.TF1_SYMBOLIC_GRADIENTS):
+        name = single_target(site.stmt) if getattr(site.stmt, "value", None) is site.node else None
+        if name is None or not _read_by(context, name, ("apply_gradients",)) \
+                or _read_by(context, name, ("npu_allreduce", "allreduce", "all_reduce")):
+            continue
+        found.append((cell, facts, site, name))
+    return found
+
+
+def _read_by(context, name: str, methods) -> bool:
+    """Is ``name`` read inside a call of one of ``methods`` (method or function of that name)?"""
+    for _cell, _facts, site in context.facts.calls(*methods):
+        if any(isinstance(node, ast.Name) and node.id == name for node in ast.walk(site.node)):
+            return True
+    return False
 
 
 def some_compile_unwrapped(context) -> bool:
