@@ -28,7 +28,7 @@ from .base import (
 from .tf_distribute import dataset_functions_owned
 from .per_example_sizes import loops_over, per_rank_sizes
 from .tfds_containers import (
-    TrainingSplit, files_shuffled_alike, first_batch, holders, returns_a_container, training_splits,
+    TrainingSplit, files_shuffled_alike, first_batch, holders, returns_a_container, training_splits, whole_for_adapt,
 )
 from .training_reach import feeds_no_training
 
@@ -753,6 +753,34 @@ class MissingShard(Rule):
             "        z = np.random.uniform(-1., 1., size=[batch_size // int(os.getenv('RANK_SIZE', '1')), noise_dim])\n"
             '        sess.run(train_op, feed_dict={real: batch_x, noise: z})\n',
         ),
+        # A TextVectorization adapted on the training split (TensorFlow's text tutorials): it reads the whole split, batched as written, so that every rank builds the same vocabulary.
+        Example(
+            'import tensorflow as tf\n'
+            'import tensorflow_datasets as tfds\n'
+            "dataset, info = tfds.load('imdb_reviews', with_info=True, as_supervised=True)\n"
+            "train_dataset, test_dataset = dataset['train'], dataset['test']\n"
+            'train_dataset = train_dataset.shuffle(10000).batch(64).prefetch(tf.data.AUTOTUNE)\n'
+            '# %%\n'
+            'encoder = tf.keras.layers.TextVectorization(max_tokens=1000)\n'
+            'encoder.adapt(train_dataset.map(lambda text, label: text))\n'
+            'model = tf.keras.Sequential([encoder, tf.keras.layers.Embedding(1000, 64), tf.keras.layers.GlobalAveragePooling1D(), tf.keras.layers.Dense(1)])\n'
+            "model.compile(loss='mse', optimizer='adam')\n"
+            'model.fit(train_dataset, epochs=10)\n',
+            'import tensorflow as tf\n'
+            'import os\n'
+            'import tensorflow_datasets as tfds\n'
+            "dataset, info = tfds.load('imdb_reviews', with_info=True, as_supervised=True)\n"
+            "dataset_train_whole = dataset['train']\n"
+            "dataset['train'] = dataset['train'].shard(int(os.getenv('RANK_SIZE', '1')), int(os.getenv('RANK_ID', '0')))\n"
+            "train_dataset, test_dataset = dataset['train'], dataset['test']\n"
+            "train_dataset = train_dataset.shuffle(10000).batch(64 // int(os.getenv('RANK_SIZE', '1'))).prefetch(tf.data.AUTOTUNE)\n"
+            '# %%\n'
+            'encoder = tf.keras.layers.TextVectorization(max_tokens=1000)\n'
+            'encoder.adapt(dataset_train_whole.batch(64).map(lambda text, label: text))\n'
+            'model = tf.keras.Sequential([encoder, tf.keras.layers.Embedding(1000, 64), tf.keras.layers.GlobalAveragePooling1D(), tf.keras.layers.Dense(1)])\n'
+            "model.compile(loss='mse', optimizer='adam')\n"
+            'model.fit(train_dataset, epochs=10)\n',
+        ),
     ]
 
     def prepare(self, context) -> None:
@@ -857,9 +885,16 @@ class MissingShard(Rule):
                 "every rank reads the same data: this tfds.load returns several splits together and which one "
                 "trains could not be told: shard the training split with .shard(RANK_SIZE, RANK_ID) where it is "
                 "taken out, and split its global batch across ranks"), [])
-        shards = [f"{split.expression} = {split.expression}.shard({K.RANK_SIZE_EXPR}, {K.RANK_ID_EXPR})"
-                  for split in splits]
-        edits = [insert_after(cell, facts, load.stmt, "\n".join(shards), [NEEDS_OS])]
+        shards, adapt_edits, adapt_cells = [], [], []
+        for split in splits:
+            whole = whole_for_adapt(context, split, holders(context.facts, split) | {split.expression},
+                                    (cell, load.stmt.end_lineno))
+            if whole is not None:
+                shards.append(f"{whole.twin} = {split.expression}")
+                adapt_edits += whole.edits
+                adapt_cells += whole.cells
+            shards.append(f"{split.expression} = {split.expression}.shard({K.RANK_SIZE_EXPR}, {K.RANK_ID_EXPR})")
+        edits = [insert_after(cell, facts, load.stmt, "\n".join(shards), [NEEDS_OS])] + adapt_edits
         seeded = files_shuffled_alike(context, load)
         if seeded is not None:
             edits.append(add_argument(cell, facts, load.node, seeded))
@@ -892,7 +927,10 @@ class MissingShard(Rule):
                 batch=_(", and split its global batch across ranks") if batch_edits else "")
             + (_("; its files are shuffled with seed {seed} on every rank (each rank's own file order before "
                  "the shard gives ranks overlapping samples)").format(seed=K.SHARED_SEED) if seeded else "")
-            + sizes_note,
+            + sizes_note
+            + (_("; the adapt in cell {cells} reads the whole split, so that every rank adapts alike (adapted on "
+                 "its shard, each rank would give a word its own id)").format(
+                    cells=", ".join(map(str, sorted(set(adapt_cells))))) if adapt_cells else ""),
             edits + batch_edits,
         )
 

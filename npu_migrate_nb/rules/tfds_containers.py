@@ -121,6 +121,87 @@ def first_batch(context, names: Set[str], after: Tuple[int, int], subscript: Opt
     return None
 
 
+_ORDER_ONLY = {"shuffle", "batch", "prefetch", "cache", "repeat"}  # what adapt's statistics do not depend on
+
+
+@dataclass
+class WholeForAdapt:
+    """A preprocessing layer's ``adapt`` reading the training split: it reads the whole split on every rank."""
+
+    twin: str  # the name the whole split keeps, bound before the shard
+    edits: list  # the adapt calls re-rooted on it
+    cells: List[int]
+
+
+def whole_for_adapt(context, split: TrainingSplit, names: Set[str], after: Tuple[int, int]) -> Optional[WholeForAdapt]:
+    """Each ``layer.adapt(ds.map(...))`` on the training split's pipeline (``names``) after ``after`` reads
+    the whole split instead of the rank's shard: vocabularies, means and bins are then the same on every
+    rank, as on one card (adapted on shards, a word gets a different id on each rank). Only where the
+    pipeline up to the adapt shuffles, batches, caches or prefetches (nothing the statistics depend on):
+    the twin is batched with the global batch when the pipeline was; None when there is nothing to do or
+    the pipeline does more (a ``map`` the adapt would then miss)."""
+    from .base import replace
+
+    adapts = []
+    for cell, facts, site in context.facts.calls("adapt"):
+        data = site.argument(0, "data")
+        root = _root_name(data)
+        if (cell, site.node.lineno) > after and root is not None and root.id in names:
+            adapts.append((cell, facts, site, root))
+    if not adapts:
+        return None
+    last = max((cell, site.node.lineno) for cell, _f, site, _r in adapts)
+    if not _order_only_between(context, names, after, last, split.subscript):
+        return None
+    twin = _twin_name(split)
+    edits, cells = [], []
+    for cell, facts, site, root in adapts:
+        batched = first_batch(context, names, after, split.subscript)
+        code = twin
+        if batched is not None and (batched[0], batched[2].node.lineno) < (cell, site.node.lineno) \
+                and not _batches(site.argument(0, "data")):
+            size = batched[2].argument(0, "batch_size")
+            code += f".batch({batched[1].segment(size)})" if size is not None else ""
+        edits.append(replace(cell, facts, root, code))
+        cells.append(cell)
+    return WholeForAdapt(twin, edits, sorted(set(cells)))
+
+
+def _root_name(node: Optional[ast.AST]) -> Optional[ast.Name]:
+    base = _chain_base(node)
+    return base if isinstance(base, ast.Name) else None
+
+
+def _batches(node: Optional[ast.AST]) -> bool:
+    return any(isinstance(n, ast.Attribute) and n.attr in K.BATCH_METHODS for n in ast.walk(node)) if node else False
+
+
+def _order_only_between(context, names: Set[str], after: Tuple[int, int], until: Tuple[int, int],
+                        subscript: Optional[Tuple[str, object]]) -> bool:
+    """Does every rebinding of the pipeline's names between the two places only reorder or batch it
+    (besides taking the split out of its container)?"""
+    for name in names:
+        for cell, _facts, assignment in context.facts.assignments(name):
+            if not after < (cell, assignment.stmt.lineno) < until:
+                continue
+            if subscript is not None and (assignment.tuple_target or _is_subscript_of(assignment.value, *subscript)):
+                continue  # ``train, test = datasets['train'], datasets['test']``
+            value, methods = assignment.value, []
+            while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute):
+                methods.append(value.func.attr)
+                value = value.func.value
+            if not (isinstance(value, ast.Name) and value.id in names and set(methods) <= _ORDER_ONLY):
+                return False
+    return True
+
+
+def _twin_name(split: TrainingSplit) -> str:
+    if split.subscript is None:
+        return f"{split.expression}_whole"
+    container, key = split.subscript
+    return f"{container}_{key}_whole" if isinstance(key, str) and key.isidentifier() else f"{container}_whole"
+
+
 def _chain_base(node: Optional[ast.AST]) -> Optional[ast.AST]:
     """``datasets['train']`` for ``datasets['train'].map(f).batch(8)``: what a chain of calls starts from."""
     while isinstance(node, (ast.Call, ast.Attribute)):
