@@ -69,6 +69,8 @@ FIXES = {
     "shard": {
         "estimator": N_("in the input_fn: dataset.shard(int(os.environ['RANK_SIZE']), int(os.environ['RANK_ID'])) "
                         "before batching, with the batch size divided by RANK_SIZE"),
+        "estimator numpy arrays": N_("numpy_input_fn(x=x[rank_id::rank_size], y=y[rank_id::rank_size], "
+                                     "batch_size=batch_size // rank_size)"),
         "default": N_("dataset, batch_size = npu.distribute.shard_and_rebatch_dataset(dataset, global_batch_size), "
                       "then dataset.batch(batch_size)"),
     },
@@ -77,7 +79,7 @@ FIXES = {
 
 def fix_for(check: str, source: Optional[str]) -> str:
     steps = FIXES[check]
-    key = "estimator" if source and source.startswith("estimator") else source
+    key = "estimator" if source and source.startswith("estimator") and source not in steps else source
     step = steps.get(key, steps.get("default", steps.get("optimizer step", "")))
     return _("fix: {step}").format(step=_(step) if step else step)
 
@@ -483,6 +485,7 @@ def _shared_samples(inputs):
 # Arrays given to fit: the share of a rank's rows that may equal another rank's rows by the data's own
 # duplicates. Ranks given the same arrays fail before this, by the fingerprint of the whole arrays.
 ARRAY_DUPLICATES_SHARE = 1 / 16
+ARRAY_SOURCES = ("keras fit arrays", "estimator numpy arrays")  # a rank's whole arrays, recorded at once
 
 
 def _explained_by_duplicates(record: dict, sample: List[str]) -> int:
@@ -491,7 +494,7 @@ def _explained_by_duplicates(record: dict, sample: List[str]) -> int:
     tell from one row read twice (issue 34: two text notebooks failed a correct shard by 4 rows in
     128). For arrays, a few such rows are the data's; a dataset's sample ends at its first repeated row,
     and its ranks may read the same rows in other orders, so any row in common counts there."""
-    return int(len(sample) * ARRAY_DUPLICATES_SHARE) if record.get("source") == "keras fit arrays" else 0
+    return int(len(sample) * ARRAY_DUPLICATES_SHARE) if record.get("source") in ARRAY_SOURCES else 0
 
 
 # ---------------------------------------------------------------------------- single-card math

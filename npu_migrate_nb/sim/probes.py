@@ -536,6 +536,9 @@ def record_dataset_input(source: str, dataset) -> None:
         pass
 
 
+ESTIMATOR_ARRAYS = "estimator numpy arrays"  # numpy_input_fn's arrays, recorded as fit's are
+
+
 def _record_fit_input(x, y, batch_size, shuffle=True) -> None:
     import tensorflow as tf
 
@@ -875,6 +878,8 @@ def _make_estimator_hook(input_fn_box: dict, steps: Optional[int] = None, max_st
 
         def after_create_session(self, session, coord):
             self._begin_progress(session)
+            if input_fn_box.get("arrays") is not None:
+                _record_numpy_input(input_fn_box["arrays"])
             if not self._first_batches:
                 return
             batches = []
@@ -938,8 +943,42 @@ def _next_batches(session, next_element):
             return
 
 
+def _wrap_numpy_input_fn(original):
+    """``numpy_input_fn(x, y, ...)`` feeds the arrays through queues, not a dataset: the input_fn it
+    returns keeps them (with its shuffle and batch size) for the Estimator probe to record, as a fit's."""
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def numpy_input_fn(*args, **kwargs):
+        input_fn = original(*args, **kwargs)
+        try:
+            arguments = signature.bind(*args, **kwargs).arguments
+            x, y = arguments.get("x"), arguments.get("y")
+            input_fn._npu_arrays = ([x, y] if y is not None else [x], arguments.get("shuffle"),
+                                    arguments.get("batch_size", 128))
+        except (TypeError, AttributeError):
+            pass
+        return input_fn
+
+    numpy_input_fn._npu_probe = True
+    return numpy_input_fn
+
+
+def _record_numpy_input(arrays) -> None:
+    import tensorflow as tf
+
+    data, shuffle, batch_size = arrays
+    try:
+        rows = None if shuffle else tf.nest.map_structure(lambda a: a[:batch_size], data)
+        head = tf.nest.map_structure(lambda a: a[:SAMPLE_ROWS], data)
+        record_input(ESTIMATOR_ARRAYS, data, data, rows=rows, sample=row_digests(head))
+    except Exception:
+        return
+
+
 def _wrap_input_fn(input_fn, box: dict):
     """Same parameters as ``input_fn`` (the Estimator passes params/mode/config by name)."""
+    box["arrays"] = getattr(input_fn, "_npu_arrays", None)
 
     def wrapped(*args, **kwargs):
         result = input_fn(*args, **kwargs)
@@ -1539,6 +1578,14 @@ def install(seed: Optional[int] = None) -> None:
         import tensorflow_estimator.python.estimator.estimator as estimator_module
 
         _patch(estimator_module.Estimator, "train", _wrap_estimator_train)
+        from tensorflow_estimator.python.estimator.inputs import numpy_io
+
+        # The function is bound by name in the public API's modules too: each gets the wrapped one.
+        wrapped = _wrap_numpy_input_fn(numpy_io.numpy_input_fn) \
+            if not getattr(numpy_io.numpy_input_fn, "_npu_probe", False) else numpy_io.numpy_input_fn
+        for owner in (numpy_io, tf.compat.v1.estimator.inputs, getattr(tf.estimator, "inputs", None)):
+            if owner is not None and getattr(owner, "numpy_input_fn", None) is not None:
+                owner.numpy_input_fn = wrapped
         _patch(estimator_module.Estimator, "evaluate", lambda original: _wrap_evaluate(original, "estimator evaluate"))
     except ImportError:
         pass

@@ -15,7 +15,8 @@ after ``fix``, every cell runs and the three checks pass.
 * an odd count of time-series windows (a plain shard left one rank a step more, waiting forever);
 * GANs (issue 34, TensorFlow-Examples): noise and labels made in the step with the global batch size beside
   a rank's rows (a shape error on the ranks), two models each with its optimizer (both broadcast, each
-  checked), and a TF1 session run updating both (the probes' order differs from rank to rank).
+  checked), and a TF1 session run updating both (the probes' order differs from rank to rank);
+* an Estimator fed by ``numpy_input_fn``: its queues were not watched (shard and all-reduce "not observed").
 """
 
 import json
@@ -237,7 +238,21 @@ GAN_TF1 = [
     "    sess.run([train_gen, train_disc], feed_dict={real: x[i:i + batch_size], noise: z})",
 ]
 
+ESTIMATOR_NUMPY_INPUT = [
+    "import tensorflow.compat.v1 as tf\ntf.disable_v2_behavior()\n" + DATA,
+    "def model_fn(features, labels, mode):\n"
+    "    predictions = tf.layers.dense(features['x'], 1)\n"
+    "    loss = tf.reduce_mean(tf.square(predictions - labels))\n"
+    "    optimizer = tf.train.GradientDescentOptimizer(0.05)\n"
+    "    train_op = optimizer.minimize(loss, global_step=tf.train.get_global_step())\n"
+    "    return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)\n"
+    "model = tf.estimator.Estimator(model_fn)",
+    "input_fn = tf.estimator.inputs.numpy_input_fn(x={'x': x}, y=y, batch_size=32, num_epochs=None, shuffle=True)\n"
+    "model.train(input_fn, steps=20)",
+]
+
 CASES = {
+    "an estimator fed arrays by numpy_input_fn (queues, not a dataset)": (ESTIMATOR_NUMPY_INPUT, "tf1"),
     "a gan: noise and labels of the global batch, two models built on their first call": (GAN_TF2, "tf2"),
     "a tf1 gan: one session run updates two models": (GAN_TF1, "tf1"),
     "tf2 code with a compat.v1 part, saving on every rank": (MIXED_AND_SAVING, "tf2"),
