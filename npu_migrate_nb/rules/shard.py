@@ -781,6 +781,41 @@ class MissingShard(Rule):
             "model.compile(loss='mse', optimizer='adam')\n"
             'model.fit(train_dataset, epochs=10)\n',
         ),
+        # The same adapt in a function of its own, away from the load: no twin can reach it; the finding says to adapt on the whole split by hand.
+        Example(
+            'import tensorflow as tf\n'
+            'import tensorflow_datasets as tfds\n'
+            'def load_dataset(batch_size):\n'
+            "    dataset = tfds.load('imdb_reviews', as_supervised=True)\n"
+            "    train_dataset = dataset['train']\n"
+            '    return train_dataset.shuffle(10000).batch(batch_size)\n'
+            'def build_encoder(train_dataset):\n'
+            '    encoder = tf.keras.layers.TextVectorization(max_tokens=1000)\n'
+            '    encoder.adapt(train_dataset.map(lambda text, label: text))\n'
+            '    return encoder\n'
+            '# %%\n'
+            'train_dataset = load_dataset(64)\n'
+            'model = tf.keras.Sequential([build_encoder(train_dataset), tf.keras.layers.Embedding(1000, 64), tf.keras.layers.GlobalAveragePooling1D(), tf.keras.layers.Dense(1)])\n'
+            "model.compile(loss='mse', optimizer='adam')\n"
+            'model.fit(train_dataset, epochs=10)\n',
+            'import tensorflow as tf\n'
+            'import os\n'
+            'import tensorflow_datasets as tfds\n'
+            'def load_dataset(batch_size):\n'
+            "    dataset = tfds.load('imdb_reviews', as_supervised=True)\n"
+            "    dataset['train'] = dataset['train'].shard(int(os.getenv('RANK_SIZE', '1')), int(os.getenv('RANK_ID', '0')))\n"
+            "    train_dataset = dataset['train']\n"
+            "    return train_dataset.shuffle(10000).batch(batch_size // int(os.getenv('RANK_SIZE', '1')))\n"
+            'def build_encoder(train_dataset):\n'
+            '    encoder = tf.keras.layers.TextVectorization(max_tokens=1000)\n'
+            '    encoder.adapt(train_dataset.map(lambda text, label: text))\n'
+            '    return encoder\n'
+            '# %%\n'
+            'train_dataset = load_dataset(64)\n'
+            'model = tf.keras.Sequential([build_encoder(train_dataset), tf.keras.layers.Embedding(1000, 64), tf.keras.layers.GlobalAveragePooling1D(), tf.keras.layers.Dense(1)])\n'
+            "model.compile(loss='mse', optimizer='adam')\n"
+            'model.fit(train_dataset, epochs=10)\n',
+        ),
     ]
 
     def prepare(self, context) -> None:
@@ -885,11 +920,13 @@ class MissingShard(Rule):
                 "every rank reads the same data: this tfds.load returns several splits together and which one "
                 "trains could not be told: shard the training split with .shard(RANK_SIZE, RANK_ID) where it is "
                 "taken out, and split its global batch across ranks"), [])
-        shards, adapt_edits, adapt_cells = [], [], []
+        shards, adapt_edits, adapt_cells, by_hand_cells = [], [], [], []
         for split in splits:
             whole = whole_for_adapt(context, split, holders(context.facts, split) | {split.expression},
-                                    (cell, load.stmt.end_lineno))
-            if whole is not None:
+                                    (cell, load.stmt.end_lineno), load.function)
+            if whole is not None and whole.twin is None:
+                by_hand_cells += whole.cells
+            elif whole is not None:
                 shards.append(f"{whole.twin} = {split.expression}")
                 adapt_edits += whole.edits
                 adapt_cells += whole.cells
@@ -930,7 +967,10 @@ class MissingShard(Rule):
             + sizes_note
             + (_("; the adapt in cell {cells} reads the whole split, so that every rank adapts alike (adapted on "
                  "its shard, each rank would give a word its own id)").format(
-                    cells=", ".join(map(str, sorted(set(adapt_cells))))) if adapt_cells else ""),
+                    cells=", ".join(map(str, sorted(set(adapt_cells))))) if adapt_cells else "")
+            + (_("; the adapt in cell {cells} reads this rank's shard, in a scope the fix cannot reach: adapt on the "
+                 "whole training split by hand (adapted on its shard, each rank would give a word its own id)").format(
+                    cells=", ".join(map(str, sorted(set(by_hand_cells))))) if by_hand_cells else ""),
             edits + batch_edits,
         )
 

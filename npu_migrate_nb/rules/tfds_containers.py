@@ -128,18 +128,20 @@ _ORDER_ONLY = {"shuffle", "batch", "prefetch", "cache", "repeat"}  # what adapt'
 class WholeForAdapt:
     """A preprocessing layer's ``adapt`` reading the training split: it reads the whole split on every rank."""
 
-    twin: str  # the name the whole split keeps, bound before the shard
+    twin: Optional[str]  # the name the whole split keeps, bound before the shard; None: to do by hand
     edits: list  # the adapt calls re-rooted on it
     cells: List[int]
 
 
-def whole_for_adapt(context, split: TrainingSplit, names: Set[str], after: Tuple[int, int]) -> Optional[WholeForAdapt]:
+def whole_for_adapt(context, split: TrainingSplit, names: Set[str], after: Tuple[int, int],
+                    function: Optional[str]) -> Optional[WholeForAdapt]:
     """Each ``layer.adapt(ds.map(...))`` on the training split's pipeline (``names``) after ``after`` reads
     the whole split instead of the rank's shard: vocabularies, means and bins are then the same on every
     rank, as on one card (adapted on shards, a word gets a different id on each rank). Only where the
     pipeline up to the adapt shuffles, batches, caches or prefetches (nothing the statistics depend on):
     the twin is batched with the global batch when the pipeline was; None when there is nothing to do or
-    the pipeline does more (a ``map`` the adapt would then miss)."""
+    the pipeline does more (a ``map`` the adapt would then miss). ``function``: the load's; the adapt
+    must be in it too (the twin is its local)."""
     from .base import replace
 
     adapts = []
@@ -150,6 +152,9 @@ def whole_for_adapt(context, split: TrainingSplit, names: Set[str], after: Tuple
             adapts.append((cell, facts, site, root))
     if not adapts:
         return None
+    by_hand = WholeForAdapt(None, [], sorted({cell for cell, _f, _s, _r in adapts}))
+    if any(site.function != function for _c, _f, site, _r in adapts):
+        return by_hand  # another scope: the twin would not be bound there
     last = max((cell, site.node.lineno) for cell, _f, site, _r in adapts)
     if not _order_only_between(context, names, after, last, split.subscript):
         return None
@@ -160,6 +165,8 @@ def whole_for_adapt(context, split: TrainingSplit, names: Set[str], after: Tuple
         code = twin
         if batched is not None and (batched[0], batched[2].node.lineno) < (cell, site.node.lineno) \
                 and not _batches(site.argument(0, "data")):
+            if batched[2].function != function:
+                return by_hand  # its batch size is not known in the adapt's scope
             size = batched[2].argument(0, "batch_size")
             code += f".batch({batched[1].segment(size)})" if size is not None else ""
         edits.append(replace(cell, facts, root, code))
