@@ -39,6 +39,7 @@ import hashlib
 import inspect
 import itertools
 import math
+import sys
 import time
 import threading
 import weakref
@@ -67,6 +68,7 @@ def begin_cell(cell: int, language: Optional[str] = None) -> None:
     global _cell
     _cell = cell
     _loop_tracker.begin_cell()
+    _fits_cut_at.clear()
     if language is not None:
         from .. import i18n
 
@@ -738,6 +740,19 @@ def _record_model_weights(moment: str, model, **extra) -> None:
     record_weights(moment, "keras fit", [v.name for v in variables], values, **extra)
 
 
+# Proof mode, per cell: how many fits it cut at each line of the notebook's code. A cell that trains
+# again and again at one line may loop until the training converges (``while not done: model.fit(...)``,
+# a course's XOR): cut every time, it would never end. After CUT_REPEATS cuts, the same line trains as
+# written (a sweep of more rates than that runs its later fits in full: slower, never endless).
+CUT_REPEATS = 3
+_fits_cut_at: Dict[tuple, int] = {}
+
+
+def _caller_line() -> tuple:
+    frame = sys._getframe(2)
+    return frame.f_code.co_filename, frame.f_lineno
+
+
 def _wrap_fit(original):
     signature = inspect.signature(original)
 
@@ -745,6 +760,11 @@ def _wrap_fit(original):
     def fit(self, *args, **kwargs):
         if _busy():
             return original(self, *args, **kwargs)
+        if _proof.on:
+            line = _caller_line()
+            _fits_cut_at[line] = _fits_cut_at.get(line, 0) + 1
+            if _fits_cut_at[line] > CUT_REPEATS:
+                return _as_written(self, lambda: fit(self, *args, **kwargs), _fits_cut_at[line])
         bound = signature.bind(self, *args, **kwargs)
         arguments = bound.arguments
         _record_fit_input(arguments.get("x"), arguments.get("y"), arguments.get("batch_size"),
@@ -766,6 +786,28 @@ def _wrap_fit(original):
 
     fit._npu_probe = True
     return fit
+
+
+def _as_written(model, train, times: int):
+    """A training call proof mode leaves as written (see CUT_REPEATS), said once per line."""
+    extra, _proof.extra = _proof.extra, None
+    before = _optimizer_steps(model)
+    try:
+        return train()
+    finally:
+        _proof.extra = extra
+        if times == CUT_REPEATS + 1:
+            steps = _optimizer_steps(model) - before
+            record_shortened("keras fit", steps, steps, ran_as_written=_(
+                "the cell trained {times} times at the same line (a loop until the training converges?): "
+                "proof mode runs the repeats as written").format(times=times))
+
+
+def _optimizer_steps(model) -> int:
+    try:
+        return int(model.optimizer.iterations.numpy())
+    except Exception:
+        return 0
 
 
 def _pad_history(history, epochs, initial_epoch) -> None:

@@ -79,6 +79,21 @@ def test_a_learning_rate_sweep_plotted_against_its_rates_runs_on(tf2_cluster, tm
     assert on_every_rank(tf2_cluster, "curve.shape, int(model.optimizer.iterations)") == [((2, 100), BUDGET)] * 2
 
 
+def test_a_loop_until_training_converges_ends_its_repeats_run_as_written(tf2_cluster, tmp_path):
+    """``while not done: model.fit(...)`` (a course's XOR until it is learned): cut every time, it would
+    never end; after CUT_REPEATS cuts at one line, the repeats train as written and the report says so."""
+    loop = ("import os\nrank_size, rank_id = int(os.environ['RANK_SIZE']), int(os.environ['RANK_ID'])\n"
+            "fits = 0\nwhile True:\n"
+            "    fits += 1\n"
+            "    history = model.fit(x[rank_id::rank_size], y[rank_id::rank_size], batch_size=256, epochs=5, verbose=0)\n"
+            "    if not np.isnan(history.history['loss']).any():  # trained as written: converged\n"
+            "        break")
+    result = run(tf2_cluster, tmp_path, [TF2_SETUP, ARRAYS, KERAS_MODEL, loop])
+    assert on_every_rank(tf2_cluster, "fits") == [4, 4]
+    as_written = [record for record in shortened(result) if record[4]]
+    assert as_written == [(3, "keras fit", 20, 20, True)], shortened(result)
+
+
 def test_keras_fit_on_an_endless_dataset_and_evaluate_stop_but_predict_does_not(tf2_cluster, tmp_path):
     cells = [TF2_SETUP, ARRAYS, KERAS_MODEL,
              "ds = tf.data.Dataset.from_tensor_slices((x, y)).shard(2, int(__import__('os').environ['RANK_ID']))"
