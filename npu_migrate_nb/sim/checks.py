@@ -493,8 +493,11 @@ def _explained_by_duplicates(record: dict, sample: List[str]) -> int:
     unknown words): a correct shard of arrays then gives two ranks equal rows, which digests cannot
     tell from one row read twice (issue 34: two text notebooks failed a correct shard by 4 rows in
     128). For arrays, a few such rows are the data's; a dataset's sample ends at its first repeated row,
-    and its ranks may read the same rows in other orders, so any row in common counts there."""
-    return int(len(sample) * ARRAY_DUPLICATES_SHARE) if record.get("source") in ARRAY_SOURCES else 0
+    and its ranks may read the same rows in other orders, so any row in common counts there, unless the
+    pipeline is random and sharded: a generator drawing samples with replacement (a course's
+    ``np.random.randint`` per sample) gives each rank draws that meet by chance, as one card's do."""
+    random_draws = record.get("deterministic") is False and record.get("sharded")  # sampled with replacement
+    return int(len(sample) * ARRAY_DUPLICATES_SHARE) if record.get("source") in ARRAY_SOURCES or random_draws else 0
 
 
 # ---------------------------------------------------------------------------- single-card math

@@ -193,8 +193,21 @@ def test_duplicate_rows_of_arrays_do_not_fail_a_correct_shard():
     overlapping = {0: arrays("a", data[:64]), 1: arrays("b", data[32:96])}
     assert checks.check_shard(overlapping, 2).status == "fail"
     # A dataset's sample: any row in common counts (its ranks may read the same rows in other orders).
-    datasets = {0: [sampled("a", rank0, sharded=True)], 1: [sampled("b", rank1, sharded=True)]}
+    datasets = {0: [sampled("a", rank0, deterministic=True, sharded=True)],
+                1: [sampled("b", rank1, deterministic=True, sharded=True)]}
     assert checks.check_shard(datasets, 2).status == "fail"
+
+
+def test_random_draws_with_replacement_meet_by_chance_but_a_shuffle_before_the_shard_fails():
+    # A generator drawing samples with replacement, sharded: two ranks' draws of 138 from 6,000 rows
+    # meet about 3 times (a course notebook failed on 2), as one card's draws meet.
+    rows = [f"row{i}" for i in range(400)]
+    rank0, rank1 = rows[:138], rows[136:274]
+    drawn = {0: [sampled("a", rank0, sharded=True)], 1: [sampled("b", rank1, sharded=True)]}
+    assert checks.check_shard(drawn, 2).status == "pass"
+    # The same random pipeline reading half of the other rank's rows: each shuffled before its shard.
+    shuffled = {0: [sampled("a", rows[:138], sharded=True)], 1: [sampled("b", rows[69:207], sharded=True)]}
+    assert checks.check_shard(shuffled, 2).status == "fail"
 
 
 def test_data_whose_rows_repeat_within_a_rank_says_nothing_about_sharing():
