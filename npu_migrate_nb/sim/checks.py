@@ -99,11 +99,14 @@ Records = Dict[int, List[dict]]  # rank -> the records its probes made, in order
 
 
 def evaluate(records: Records, size: int) -> Dict[str, Check]:
-    return {
-        "broadcast": check_broadcast(records, size),
-        "allreduce": check_allreduce(records, size),
-        "shard": check_shard(records, size),
-    }
+    judged = {}
+    for step, check in (("broadcast", check_broadcast), ("allreduce", check_allreduce), ("shard", check_shard)):
+        try:
+            judged[step] = check(records, size)
+        except Exception as error:  # records of a shape no check expected: said, and the run goes on
+            judged[step] = Check(step, NOT_OBSERVED, _("the records could not be judged ({error}): please report "
+                                                       "this notebook").format(error=f"{type(error).__name__}: {error}"))
+    return judged
 
 
 def not_applicable_where_the_analysis_says(checks: Dict[str, Check], analysis) -> Dict[str, Check]:
@@ -128,9 +131,16 @@ def first_start(rank_records: List[dict]) -> Optional[dict]:
 
 
 def last_end(rank_records: List[dict], start: dict) -> Optional[dict]:
+    """The last end of the start's variables. A TF1 notebook that resets its graph and builds another
+    model may reuse the names with other shapes: those are another training's end."""
     ends = [r for r in rank_records if r["kind"] == "weights" and r["moment"] == "end" and r["seq"] > start["seq"]]
-    same_variables = [r for r in ends if r["names"] == start["names"]]
+    same_variables = [r for r in ends if r["names"] == start["names"] and _same_shapes(r, start)]
     return (same_variables or ends or [None])[-1]
+
+
+def _same_shapes(record: dict, other: dict) -> bool:
+    samples, others = record.get("samples") or [], other.get("samples") or []
+    return len(samples) == len(others) and all(np.shape(a) == np.shape(b) for a, b in zip(samples, others))
 
 
 def training_input(rank_records: List[dict]) -> Optional[dict]:
@@ -284,7 +294,7 @@ def _change(rank_records: List[dict], from_first_step: bool = False) -> Optional
     end = last_end(rank_records, start) if start else None
     if from_first_step and start is not None:
         start = _first_step(rank_records, start)
-    if start is None or end is None or end["names"] != start["names"]:
+    if start is None or end is None or end["names"] != start["names"] or not _same_shapes(start, end):
         return None
     return [np.asarray(e) - np.asarray(s) for s, e in zip(start["samples"], end["samples"])]
 

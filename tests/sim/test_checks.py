@@ -249,3 +249,13 @@ def test_starts_that_differ_only_beyond_their_samples_are_not_taken_for_a_late_b
     records = {0: late(batch("a"), [1.0], [0.9], [0.5]), 1: late(batch("b"), [1.0], [0.9], [0.5])}
     records[1][1] = dict(records[1][1], fingerprint="other")
     assert checks.evaluate(records, 2)["broadcast"].status == "fail"
+
+
+def test_a_model_rebuilt_with_the_same_names_and_other_shapes_is_another_training():
+    # A TF1 notebook resets its graph and builds a wider layer under the same names: the end of that
+    # second training is not the first one's end; the first model's own end is.
+    records = {rank: [batch(f"in{rank}"), weights("start", [[1.0, 2.0, 3.0]], 1, "optimizer step"),
+                      weights("end", [[0.5, 1.5, 2.5]], 2, "optimizer step"),
+                      weights("start", [[1.0] * 9], 3, "optimizer step"),
+                      weights("end", [[0.5] * 9], 4, "optimizer step")] for rank in range(2)}
+    assert checks.check_allreduce(records, 2).status == "pass"
