@@ -16,7 +16,8 @@ in the run's own words: neither a pass nor a failure.
 
 Which notebooks can run offline is decided from their code, by :func:`left_out_because` (a package
 that is not installed, a download, a dataset that is not faked); what they would download from
-Keras' dataset loaders is served from synthetic files in the loaders' own formats
+Keras' dataset loaders is served from synthetic files in the loaders' own formats, and the small
+public tables they read by URL (``offline_data.TABLES``) in the tables' own layouts
 (``offline_data.py``), the notebooks' code untouched. Each notebook runs in a folder of its own,
 which is removed afterwards.
 
@@ -68,7 +69,8 @@ CHECKS = ("broadcast", "allreduce", "shard")
 # ------------------------------------------------------------------------------ the runnable set
 
 # Reads from the network or from files no notebook of the corpus makes (besides Keras' dataset
-# loaders, which offline_data serves): a notebook with one of these is left out, with the match.
+# loaders and the tables of offline_data.TABLES, which offline_data serves): a notebook with one of
+# these is left out, with the match.
 _NETWORK = (
     ("downloads a file", r"\bget_file\s*\("),
     ("loads a TensorFlow Hub model", r"\bhub\s*\.\s*(load|KerasLayer|Module)\b|tfhub\.dev"),
@@ -104,11 +106,42 @@ def left_out_because(notebook: Notebook) -> Optional[str]:
     missing = sorted(name for name in imported_modules(source) if not _importable(name))
     if missing:
         return f"needs {', '.join(missing)} (not installed)"
+    unserved = without_served_tables(source)
     for reason, pattern in _NETWORK:
-        found = re.search(pattern, source, re.MULTILINE)
+        found = re.search(pattern, unserved, re.MULTILINE)
         if found:
             return f"{reason} ({found.group(0).strip()[:60]})"
     return None
+
+
+_URL_LITERAL = re.compile(r"""(['"])((?:https?|gs)://[^'"\s]+)\1""")
+
+
+def without_served_tables(source: str) -> str:
+    """The code without the reads of tables offline_data serves: their URLs, a ``get_file`` whose origin
+    is one (as a literal or a name bound to one), a ``!wget`` of them. Any other download stays."""
+    served = {url for url in re.findall(r"""(?:https?|gs)://[^'"\s]+""", source) if offline_data.table_for(url)}
+    bound: Dict[str, set] = {}  # name -> the values assigned to it
+    for found in re.finditer(r"^\s*(\w+)\s*=(?!=)\s*(.*?)\s*$", source, re.MULTILINE):
+        bound.setdefault(found.group(1), set()).add(found.group(2))
+    literals = {value: _URL_LITERAL.fullmatch(value) for values in bound.values() for value in values}
+    names = {name for name, values in bound.items()
+             if all(literals[value] and literals[value].group(2) in served for value in values)}
+    for call in reversed(list(re.finditer(r"\bget_file\s*\(", source))):
+        depth, end = 1, call.end()
+        while depth and end < len(source):
+            depth += {"(": 1, ")": -1}.get(source[end], 0)
+            end += 1
+        arguments = source[call.end():end]
+        if any(url in arguments for url in served) or any(re.search(rf"\b{name}\b", arguments) for name in names):
+            source = source[:call.start()] + "None" + source[end:]
+
+    def fetched(line):
+        urls = re.findall(r"(?:https?|gs)://\S+", line.group(0))
+        return "" if urls and all(url in served for url in urls) else line.group(0)
+
+    source = re.sub(r"^\s*!\s*wget\b.*$", fetched, source, flags=re.MULTILINE)
+    return _URL_LITERAL.sub(lambda found: found.group(0) if found.group(2) not in served else "''", source)
 
 
 def imported_modules(source: str) -> set:
@@ -278,7 +311,7 @@ class Record:
     unfixed_full: Optional[Run] = None
     fixed_full: Optional[Run] = None
     fix_error: str = ""
-    offline: Dict[str, float] = field(default_factory=dict)  # dataset -> share of its real size
+    offline: Dict[str, float] = field(default_factory=dict)  # dataset or table -> share of its real size
 
     @property
     def runnable(self) -> bool:

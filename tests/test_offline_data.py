@@ -10,6 +10,9 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
 
 import offline_data  # noqa: E402
+from npu_migrate_nb.rules.base import CELL_SEPARATOR  # noqa: E402
+
+from .conftest import notebook_from  # noqa: E402
 
 
 def test_pip_install_lines_are_read_as_pip_reads_them():
@@ -74,3 +77,167 @@ def test_scikit_learns_california_housing_is_read_from_its_own_cache(tmp_path):
     printed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert shares == {"fetch_california_housing": offline_data.SMALL}
     assert printed.stdout.strip().splitlines()[-1] == "(2064, 8) (2064,) MedInc MedHouseVal True True", printed.stderr[-2000:]
+
+
+def _tables_home(tmp_path, source):
+    """The fake home a notebook with ``source`` gets (its tables written), as the benchmark makes it."""
+    return offline_data.home_for(str(tmp_path / "homes"), offline_data.sizes_for(source))
+
+
+_NO_NETWORK = (
+    "import socket, sys; sys.path.insert(0, %r)\n"
+    "def refuse(*args): raise AssertionError('a connection was attempted')\n"
+    "socket.socket.connect = refuse\n"
+    "import offline_data\n"
+    "offline_data.install(%r)\n"
+    "import pandas as pd\n"
+    "kinds = lambda frame: ''.join(dtype.kind for dtype in frame.dtypes)\n"
+)
+
+
+def test_a_notebook_gets_the_tables_its_code_names_in_its_own_home(tmp_path):
+    source = ('df = pd.read_csv("https://data.heatonresearch.com/data/t81-558/auto-mpg.csv")\n'
+              "from tensorflow.keras.datasets import mnist\n")
+    shares = offline_data.sizes_for(source)
+    home = offline_data.home_for(str(tmp_path), shares)
+    assert shares == {"mnist": offline_data.SMALL, "auto_mpg": 1.0}
+    assert home != offline_data.home_for(str(tmp_path), {"mnist": offline_data.SMALL})
+    heart = "get_file('heart.csv', 'http://storage.googleapis.com/download.tensorflow.org/data/heart.csv')"
+    assert offline_data.tables_used(heart) == ["heart"]  # http or https
+    table = Path(home) / ".keras/tables/data.heatonresearch.com/data/t81-558/auto-mpg.csv"
+    assert table.read_text().count("\n") == 399  # the header and the 398 cars
+
+
+def test_the_t81_558_course_tables_are_read_by_url_in_their_layouts_and_other_urls_raise(tmp_path):
+    """Jeff Heaton's course reads its CSV files with ``pd.read_csv(url, na_values=['NA', '?'])``: the
+    local copies in the real columns, types and missing-value markers; a URL that is not served raises
+    ``OfflineError`` at once, no connection made."""
+    source = "\n".join(f'"{offline_data.TABLES[name].url}"' for name in
+                       ("jh_simple", "auto_mpg", "heaton_iris", "wdbc", "sunspots_daily"))
+    code = _NO_NETWORK % (str(BENCHMARKS), _tables_home(tmp_path, source)) + (
+        "url = 'https://data.heatonresearch.com/data/t81-558/'\n"
+        "df = pd.read_csv(url + 'jh-simple-dataset.csv', na_values=['NA', '?'])\n"
+        "print(df.shape, ','.join(df.columns), kinds(df), df['income'].isna().any(), ''.join(sorted(df['product'].unique())),\n"
+        "      ''.join(sorted(df['area'].unique())), df['job'].nunique())\n"
+        "df = pd.read_csv(url + 'auto-mpg.csv', na_values=['NA', '?'])\n"
+        "print(df.shape, ','.join(df.columns), kinds(df), df['horsepower'].isna().sum())\n"
+        "df = pd.read_csv(url + 'iris.csv', na_values=['NA', '?'])\n"
+        "print(df.shape, ','.join(df.columns), kinds(df), ','.join(pd.get_dummies(df['species']).columns))\n"
+        "df = pd.read_csv(url + 'wcbreast_wdbc.csv', na_values=['NA', '?'])\n"
+        "print(df.shape, df.columns[2], df.columns[-1], kinds(df).count('f'), df['diagnosis'].map({'M': 1, 'B': 0}).sum())\n"
+        "names = ['year', 'month', 'day', 'dec_year', 'sn_value', 'sn_error', 'obs_num', 'unused1']\n"
+        "df = pd.read_csv(url + 'SN_d_tot_V2.0.csv', sep=';', header=None, names=names, na_values=['-1'], index_col=False)\n"
+        "start = max(df[df['obs_num'] == 0].index.tolist()) + 1\n"
+        "print(df.shape, kinds(df), start, (df[start:]['year'] < 2000).any() and (df['year'] >= 2000).any())\n"
+        "try:\n"
+        "    pd.read_csv(url + 'iris_cost.csv', na_values=['NA', '?'])\n"
+        "except offline_data.OfflineError as error:\n"
+        "    print(type(error).__name__, str(error).split()[-1])\n"
+    )
+    printed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert printed.stdout.strip().splitlines() == [
+        "(2000, 14) id,job,area,income,aspect,subscriptions,dist_healthy,save_rate,dist_unhealthy,age,pop_dense,"
+        "retail_dense,crime,product iOOffifififffO True abcdefg abcd 33",
+        "(398, 9) mpg,cylinders,displacement,horsepower,weight,acceleration,year,origin,name fiffifiiO 6",
+        "(150, 5) sepal_l,sepal_w,petal_l,petal_w,species ffffO Iris-setosa,Iris-versicolor,Iris-virginica",
+        "(569, 32) mean_radius worst_fractal_dimension 30 212",
+        "(10000, 8) iiififii 30 True",
+        "OfflineError https://data.heatonresearch.com/data/t81-558/iris_cost.csv",
+    ], printed.stderr[-2000:]
+
+
+def test_google_storage_tables_are_read_by_pandas_from_their_urls(tmp_path):
+    """The GCP courses' California housing split, TensorFlow's titanic and heart tables, read with
+    ``pd.read_csv(url)`` as the notebooks do: the real columns, types and categories."""
+    source = "\n".join(offline_data.TABLES[name].url for name in
+                       ("california_housing_train", "titanic_train", "titanic_eval", "heart"))
+    code = _NO_NETWORK % (str(BENCHMARKS), _tables_home(tmp_path, source)) + (
+        "df = pd.read_csv('https://storage.googleapis.com/ml_universities/california_housing_train.csv', sep=',')\n"
+        "print(df.shape, ','.join(df.columns), kinds(df), df['longitude'].iloc[0] > df['longitude'].iloc[-1])\n"
+        "train = pd.read_csv('https://storage.googleapis.com/tf-datasets/titanic/train.csv')\n"
+        "test = pd.read_csv('https://storage.googleapis.com/tf-datasets/titanic/eval.csv')\n"
+        "print(train.shape, test.shape, ','.join(train.columns), kinds(train),\n"
+        "      *('/'.join(sorted(train[name].unique())) for name in ('sex', 'class', 'embark_town', 'alone')))\n"
+        "df = pd.read_csv('https://storage.googleapis.com/download.tensorflow.org/data/heart.csv')\n"
+        "print(df.shape, ','.join(df.columns), kinds(df), '/'.join(sorted(set(df['thal']))), type(df['thal'][0]).__name__)\n"
+    )
+    printed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert printed.stdout.strip().splitlines() == [
+        "(17000, 9) longitude,latitude,housing_median_age,total_rooms,total_bedrooms,population,households,"
+        "median_income,median_house_value fffffffff True",
+        "(627, 10) (264, 10) survived,sex,age,n_siblings_spouses,parch,fare,class,deck,embark_town,alone iOfiifOOOO "
+        "female/male First/Second/Third Cherbourg/Queenstown/Southampton/unknown n/y",
+        "(303, 14) age,sex,cp,trestbps,chol,fbs,restecg,thalach,exang,oldpeak,slope,ca,thal,target iiiiiiiiifiiOi "
+        "1/2/fixed/normal/reversible str",
+    ], printed.stderr[-2000:]
+
+
+def test_get_file_of_a_served_table_gives_its_copy_and_of_anything_else_raises(tmp_path):
+    """TensorFlow's iris split (its first line: count, features, class names), heart and titanic
+    through ``tf.keras.utils.get_file(fname, origin)``, read as the tutorials read them."""
+    source = "\n".join(offline_data.TABLES[name].url for name in ("iris_training", "iris_test", "heart", "titanic_train"))
+    code = _NO_NETWORK % (str(BENCHMARKS), _tables_home(tmp_path, source)) + (
+        "import os, tensorflow as tf\n"
+        "url = 'https://storage.googleapis.com/download.tensorflow.org/data/iris_training.csv'\n"
+        "path = tf.keras.utils.get_file(fname=os.path.basename(url), origin=url)\n"
+        "columns = ['sepal_length', 'sepal_width', 'petal_length', 'petal_width', 'species']\n"
+        "features, labels = next(iter(tf.data.experimental.make_csv_dataset(path, 32, column_names=columns,\n"
+        "                                                                  label_name='species', num_epochs=1)))\n"
+        "test = pd.read_csv(tf.keras.utils.get_file('iris_test.csv', url.replace('training', 'test')), names=columns, header=0)\n"
+        "print(open(path).readline().strip(), len(features), labels.dtype.name, test.shape, sorted(test['species'].unique().tolist()))\n"
+        "heart = pd.read_csv(tf.keras.utils.get_file('heart.csv', 'https://storage.googleapis.com/download.tensorflow.org/data/heart.csv'))\n"
+        "titanic = tf.keras.utils.get_file('train.csv', 'https://storage.googleapis.com/tf-datasets/titanic/train.csv')\n"
+        "types = [int(), str(), float(), int(), int(), float(), str(), str(), str(), str()]\n"
+        "print(heart.shape, len(list(tf.data.experimental.CsvDataset(titanic, record_defaults=types, header=True))),\n"
+        "     os.path.dirname(titanic) == os.path.expanduser('~/.keras/datasets'))\n"
+        "try:\n"
+        "    tf.keras.utils.get_file('abalone_train.csv', url.replace('iris_training', 'abalone_train'))\n"
+        "except offline_data.OfflineError as error:\n"
+        "    print(type(error).__name__, os.path.basename(str(error)))\n"
+    )
+    printed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert [line for line in printed.stdout.splitlines() if not line.startswith("Downloading data from")] == [
+        "120,4,setosa,versicolor,virginica 4 int32 (30, 5) [0, 1, 2]",
+        "(303, 14) 627 True",
+        "OfflineError abalone_train.csv",
+    ], printed.stderr[-2000:]
+
+
+def test_wget_of_a_served_table_in_a_shell_line_saves_its_copy(tmp_path):
+    """TensorFlow's course ``!wget -nc``s the monthly sunspots, then reads ``./Sunspots.csv`` with the
+    csv module: the copy is saved where wget would save it, once."""
+    source = "!wget -nc " + offline_data.TABLES["sunspots_monthly"].url
+    code = _NO_NETWORK.replace("import offline_data\n", "from IPython.core.interactiveshell import InteractiveShell\n"
+                               "shell = InteractiveShell.instance()\nimport offline_data\n") % (
+        str(BENCHMARKS), _tables_home(tmp_path, source)) + (
+        "import csv, os\n"
+        "os.chdir(%r)\n"
+        "shell.run_cell(%r)\n"
+        "shell.run_cell(%r)\n"
+        "with open('./Sunspots.csv') as stream:\n"
+        "    reader = csv.reader(stream, delimiter=',')\n"
+        "    header = next(reader)\n"
+        "    rows = [(int(row[0]), float(row[2])) for row in reader]\n"
+        "print(header, len(rows), rows[-1][0])\n"
+    ) % (str(tmp_path), source, source)
+    printed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert printed.stdout.strip().splitlines()[-2:] == [
+        "File 'Sunspots.csv' already there; not retrieving.",
+        "['', 'Date', 'Monthly Mean Total Sunspot Number'] 3235 3234",
+    ], printed.stderr[-2000:]
+
+
+def test_the_benchmark_selects_a_notebook_whose_only_downloads_are_served_tables():
+    import bench_corpus_run
+
+    def reason(*sources):
+        return bench_corpus_run.left_out_because(notebook_from(CELL_SEPARATOR.join(sources)))
+
+    iris = "https://storage.googleapis.com/download.tensorflow.org/data/iris_training.csv"
+    assert reason('df = pd.read_csv("https://data.heatonresearch.com/data/t81-558/jh-simple-dataset.csv")') is None
+    assert reason(f'url = "{iris}"\npath = tf.keras.utils.get_file(fname=os.path.basename(url),\n origin=url)') is None
+    assert reason("!wget -nc https://storage.googleapis.com/tensorflow-1-public/course4/Sunspots.csv") is None
+    assert reason('pd.read_csv("https://data.heatonresearch.com/data/t81-558/iris_cost.csv")').startswith("reads a remote file")
+    assert reason(f'pd.read_csv("{iris}")', "tf.keras.utils.get_file('x.zip', 'https://example.com/x.zip')").startswith(
+        "downloads a file")
+    assert reason("!wget https://example.com/Sunspots.csv").startswith("downloads with a shell command")
