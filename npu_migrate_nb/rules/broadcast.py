@@ -532,6 +532,73 @@ class MissingBroadcast(Rule):
             '    if optimizer_disc.iterations == 1:\n'
             '        npu.distribute.broadcast(discriminator.trainable_variables)\n',
         ),
+        # A Keras-GAN style trainer (Packt's DCGAN): the models are attributes its __init__ builds, trained by its methods; both broadcast through the instance, before its first method is called.
+        Example(
+            'import tensorflow as tf\n'
+            'class GAN():\n'
+            '    def __init__(self):\n'
+            '        self.generator = self.build_generator()\n'
+            '        self.discriminator = self.build_discriminator()\n'
+            '        self.g_optimizer = tf.keras.optimizers.Adam(1e-4)\n'
+            '        self.d_optimizer = tf.keras.optimizers.Adam(1e-4)\n'
+            '    def build_generator(self):\n'
+            '        noise = tf.keras.Input(shape=(100,))\n'
+            '        return tf.keras.Model(noise, tf.keras.layers.Dense(784)(noise))\n'
+            '    def build_discriminator(self):\n'
+            '        image = tf.keras.Input(shape=(784,))\n'
+            '        return tf.keras.Model(image, tf.keras.layers.Dense(1)(image))\n'
+            '    def train(self, dataset, epochs):\n'
+            '        for epoch in range(epochs):\n'
+            '            for images in dataset:\n'
+            '                self.train_step(images)\n'
+            '    def train_step(self, images):\n'
+            '        noise = tf.random.normal([tf.shape(images)[0], 100])\n'
+            '        with tf.GradientTape() as g_tape, tf.GradientTape() as d_tape:\n'
+            '            fake = self.generator(noise, training=True)\n'
+            '            g_loss = g_loss_of(self.discriminator(fake, training=True))\n'
+            '            d_loss = d_loss_of(self.discriminator(images, training=True), self.discriminator(fake, training=True))\n'
+            '        g_grads = g_tape.gradient(g_loss, self.generator.trainable_variables)\n'
+            '        d_grads = d_tape.gradient(d_loss, self.discriminator.trainable_variables)\n'
+            '        self.g_optimizer.apply_gradients(zip(g_grads, self.generator.trainable_variables))\n'
+            '        self.d_optimizer.apply_gradients(zip(d_grads, self.discriminator.trainable_variables))\n'
+            '# %%\n'
+            'gan = GAN()\n'
+            'gan.train(dataset, epochs=50)\n',
+            'import tensorflow as tf\n'
+            'import npu_device as npu\n'
+            'npu.open().as_default()\n'
+            'class GAN():\n'
+            '    def __init__(self):\n'
+            '        self.generator = self.build_generator()\n'
+            '        self.discriminator = self.build_discriminator()\n'
+            '        self.g_optimizer = tf.keras.optimizers.Adam(1e-4)\n'
+            '        self.d_optimizer = tf.keras.optimizers.Adam(1e-4)\n'
+            '    def build_generator(self):\n'
+            '        noise = tf.keras.Input(shape=(100,))\n'
+            '        return tf.keras.Model(noise, tf.keras.layers.Dense(784)(noise))\n'
+            '    def build_discriminator(self):\n'
+            '        image = tf.keras.Input(shape=(784,))\n'
+            '        return tf.keras.Model(image, tf.keras.layers.Dense(1)(image))\n'
+            '    def train(self, dataset, epochs):\n'
+            '        for epoch in range(epochs):\n'
+            '            for images in dataset:\n'
+            '                self.train_step(images)\n'
+            '    def train_step(self, images):\n'
+            '        noise = tf.random.normal([tf.shape(images)[0], 100])\n'
+            '        with tf.GradientTape() as g_tape, tf.GradientTape() as d_tape:\n'
+            '            fake = self.generator(noise, training=True)\n'
+            '            g_loss = g_loss_of(self.discriminator(fake, training=True))\n'
+            '            d_loss = d_loss_of(self.discriminator(images, training=True), self.discriminator(fake, training=True))\n'
+            '        g_grads = g_tape.gradient(g_loss, self.generator.trainable_variables)\n'
+            '        d_grads = d_tape.gradient(d_loss, self.discriminator.trainable_variables)\n'
+            '        self.g_optimizer.apply_gradients(zip(g_grads, self.generator.trainable_variables))\n'
+            '        self.d_optimizer.apply_gradients(zip(d_grads, self.discriminator.trainable_variables))\n'
+            '# %%\n'
+            'gan = GAN()\n'
+            'npu.distribute.broadcast(gan.generator.trainable_variables)\n'
+            'npu.distribute.broadcast(gan.discriminator.trainable_variables)\n'
+            'gan.train(dataset, epochs=50)\n',
+        ),
     ]
 
     def check(self, context) -> Iterable[Finding]:
@@ -664,11 +731,20 @@ class MissingBroadcast(Rule):
     # -- TF2 custom loops: broadcast the trained variables where the model exists
     def _custom_loop(self, context) -> Iterator[Finding]:
         after_first_steps: Dict[Tuple[int, int], List[tuple]] = {}  # the step's place -> (place, variables)
-        yield from self._custom_loop_findings(context, after_first_steps)
+        before_trainer: Dict[Tuple[int, int], tuple] = {}  # the trainer's first call -> (place, variables)
+        yield from self._custom_loop_findings(context, after_first_steps, before_trainer)
         for places in after_first_steps.values():
             yield self._after_first_step(context, places)
+        for (i_cell, i_facts, i_stmt), variables in before_trainer.values():
+            code = "\n".join(f"{context.npu}.distribute.broadcast({each})" for each in variables)
+            yield self.finding(
+                i_cell, i_facts, i_stmt,
+                _("variables are not broadcast from rank 0: ranks start from different weights; add {code} "
+                  "before the trainer's first method trains them").format(code=code.replace("\n", "; ")),
+                [insert_before(i_cell, i_facts, i_stmt, code, [NEEDS_NPU_DEVICE])],
+            )
 
-    def _custom_loop_findings(self, context, after_first_steps) -> Iterator[Finding]:
+    def _custom_loop_findings(self, context, after_first_steps, before_trainer) -> Iterator[Finding]:
         done = set()
         for cell, facts, site in context.facts.calls("gradient"):
             variables = site.argument(1, "sources")
@@ -710,6 +786,10 @@ class MissingBroadcast(Rule):
                       "distribute.broadcast(...)); add it by hand").format(
                         variables=variables_code, function=site.function, npu=context.npu),
                 )
+                continue
+            instance = _as_an_attribute_of_the_trainer(context, cell, facts, site, variables) if anchor is None else None
+            if instance is not None:  # a GAN trainer's two models: one finding before its first method's call
+                before_trainer.setdefault((instance[0], id(instance[2])), (instance[:3], []))[1].append(instance[3])
                 continue
             if anchor is None:
                 yield self.finding(
@@ -1102,6 +1182,62 @@ def _after_first_update(context, cell, facts, gradient: CallSite, variables: ast
     if not isinstance(step.stmt, (ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign)):
         return None  # ``total_loss += step(x)`` too: the broadcast goes after the statement
     return s_cell, s_facts, step.stmt, optimizer
+
+
+def _as_an_attribute_of_the_trainer(context, cell, facts, site: CallSite, variables: ast.expr):
+    """(cell, facts, statement, code) when ``variables`` is ``self.<model>.trainable_variables`` in a
+    method of a class whose ``__init__`` builds that model (``self.generator = self.build_generator()``
+    returning a functional ``Model``: a Keras-GAN style trainer), and the notebook makes one instance
+    at its top level and then calls one of its methods there (``dcgan.train(...)``): the broadcast of
+    ``dcgan.generator.trainable_variables`` goes before that call; else None."""
+    model = _model_name(variables)
+    if model is None or not model.startswith("self.") or model.count(".") != 1 or site.function is None:
+        return None
+    attribute = model.split(".", 1)[1]
+    owner = next((c for c in facts.classes.values()
+                  if any(isinstance(m, ast.FunctionDef) and m.name == site.function for m in c.body)), None)
+    init = next((m for m in owner.body if isinstance(m, ast.FunctionDef) and m.name == "__init__"), None) \
+        if owner is not None else None
+    if init is None or not _builds_attribute(context, owner, init, attribute):
+        return None
+    instances = [(c, a) for c, _f, a in _module_assignments_of_calls_to(context, owner.name)]
+    if len(instances) != 1:
+        return None
+    made_cell, made = instances[0]
+    name = made.target
+    for c_cell, c_facts, call in context.facts.all_calls(mentioning=name):
+        if call.function is None and isinstance(call.node.func, ast.Attribute) \
+                and dotted_name(call.node.func.value) == name and (c_cell, call.node.lineno) > (made_cell, made.stmt.lineno):
+            return c_cell, c_facts, top_level_statement(c_facts, call.stmt), f"{name}.{attribute}.trainable_variables"
+    return None
+
+
+def _builds_attribute(context, owner: ast.ClassDef, init: ast.FunctionDef, attribute: str) -> bool:
+    """Does ``__init__`` give ``self.<attribute>`` a model built at construction (directly, or from a
+    method of the class returning one)?"""
+    for node in ast.walk(init):
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and dotted_name(node.targets[0]) == f"self.{attribute}"
+                and isinstance(node.value, ast.Call)):
+            continue
+        value = node.value
+        if model_is_built_by(context, value):
+            return True
+        method = value.func.attr if isinstance(value.func, ast.Attribute) and dotted_name(value.func.value) == "self" else None
+        helper = next((m for m in owner.body if isinstance(m, ast.FunctionDef) and m.name == method), None)
+        returns = [r.value for r in ast.walk(helper) if isinstance(r, ast.Return) and r.value is not None] if helper else []
+        return bool(returns) and all(isinstance(r, ast.Call) and model_is_built_by(context, r) for r in returns)
+    return False
+
+
+def _module_assignments_of_calls_to(context, class_name: str):
+    """``name = ClassName(...)`` at the top level of a cell."""
+    for cell, facts in context.facts.cells_mentioning(class_name):
+        for assignments in facts.assignments.values():
+            for assignment in assignments:
+                value = assignment.value
+                if assignment.function is None and not assignment.tuple_target and "." not in assignment.target \
+                        and isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == class_name:
+                    yield cell, facts, assignment
 
 
 def _as_passed_at_the_top_level(context, cell, facts, site: CallSite, variables: ast.expr):
