@@ -5,7 +5,8 @@ per example with the global batch size (a GAN's noise ``np.random.normal(size=[b
 its labels ``tf.ones([batch_size])``) mixes a rank's rows with a global number of rows: a shape error
 (``Incompatible shapes: [64,1] vs. [128,1]``), or, where nothing meets them, a step on more noise than
 one card made for the same rows. Those sizes follow the split: the per-rank batch, read in the code the
-step runs (the loop that reads the batches and the notebook's functions it calls), nowhere else.
+step runs (the loop that reads the batches and the notebook's functions it calls, and in TF1 the graph
+the cells build), nowhere else.
 """
 
 from __future__ import annotations
@@ -64,10 +65,11 @@ def _reads(context, batch: str, steps: Sequence[Step]) -> Iterator[Tuple[int, Ce
         visited.add(id(scope))
         if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)) and batch in function_locals(scope):
             continue  # the function's own batch_size, not the notebook's
+        graph_only = isinstance(scope, ast.Module)  # a TF1 cell building the graph: its TensorFlow ops only
         for node in _walk_body(scope):
             if not isinstance(node, ast.Call):
                 continue
-            read = _sizing_read(context, node, batch)
+            read = _sizing_read(context, node, batch, graph_only)
             if read is not None:
                 yield cell, facts, read
             if depth > 1 and isinstance(node.func, ast.Name):
@@ -87,11 +89,18 @@ def _walk_body(scope: ast.AST) -> Iterator[ast.AST]:
                 todo.append(child)
 
 
-def _sizing_read(context, call: ast.Call, batch: str) -> Optional[ast.Name]:
+def graph_cells(context) -> List[Step]:
+    """TF1: the cells' top levels, where the graph each step runs is built (``tf.ones([batch_size])`` as
+    a loss's labels runs every step, though written once)."""
+    return [(cell, facts, facts.tree) for cell, facts in context.facts.cells if facts.tree is not None] \
+        if context.tf1 else []
+
+
+def _sizing_read(context, call: ast.Call, batch: str, graph_only: bool = False) -> Optional[ast.Name]:
     """The ``batch`` name giving the number of rows of what ``call`` makes: ``tf.ones([batch])``,
     ``np.random.normal(0, 1, size=(batch, 100))``, ``np.random.randn(batch, 100)``, ``tf.reshape(x, [batch, -1])``."""
     dotted = context.facts.resolve(dotted_name(call.func))
-    if not dotted.startswith(_LIBRARIES) or dotted.rsplit(".", 1)[-1] not in _SIZING:
+    if not dotted.startswith(("tensorflow.",) if graph_only else _LIBRARIES) or dotted.rsplit(".", 1)[-1] not in _SIZING:
         return None
     tail = dotted.rsplit(".", 1)[-1]
     shapes = [keyword.value for keyword in call.keywords if keyword.arg in _SHAPE_KEYWORDS]

@@ -26,7 +26,7 @@ from .base import (
     top_level_statement,
 )
 from .tf_distribute import dataset_functions_owned
-from .per_example_sizes import loops_over, per_rank_sizes
+from .per_example_sizes import graph_cells, loops_over, per_rank_sizes
 from .tfds_containers import (
     TrainingSplit, files_shuffled_alike, first_batch, holders, returns_a_container, training_splits, whole_for_adapt,
 )
@@ -816,6 +816,44 @@ class MissingShard(Rule):
             "model.compile(loss='mse', optimizer='adam')\n"
             'model.fit(train_dataset, epochs=10)\n',
         ),
+        # A TF1 graph's labels sized with the global batch where the graph is built (TensorFlow-Examples' TF1 DCGAN): the graph runs every step, so they follow the split; numpy outside the loop does not.
+        Example(
+            'import numpy as np\n'
+            'import tensorflow as tf\n'
+            'from tensorflow.examples.tutorials.mnist import input_data\n'
+            "mnist = input_data.read_data_sets('/tmp/data/', one_hot=True)\n"
+            'batch_size = 128\n'
+            '# %%\n'
+            'disc_real = discriminator(real_image_input)\n'
+            'disc_loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(\n'
+            '    logits=disc_real, labels=tf.ones([batch_size], dtype=tf.int32)))\n'
+            'train_disc = tf.train.AdamOptimizer(0.002).minimize(disc_loss)\n'
+            '# %%\n'
+            'with tf.Session() as sess:\n'
+            '    sess.run(tf.global_variables_initializer())\n'
+            '    for step in range(1, 501):\n'
+            '        batch_x, _ = mnist.train.next_batch(batch_size)\n'
+            '        sess.run(train_disc, feed_dict={real_image_input: batch_x})\n'
+            '    z = np.random.uniform(-1., 1., size=[batch_size, 100])\n',
+            'import numpy as np\n'
+            'import tensorflow as tf\n'
+            'import os\n'
+            'from tensorflow.examples.tutorials.mnist import input_data\n'
+            "mnist = input_data.read_data_sets('/tmp/data/', one_hot=True, seed=1234)\n"
+            'batch_size = 128\n'
+            '# %%\n'
+            'disc_real = discriminator(real_image_input)\n'
+            'disc_loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(\n'
+            "    logits=disc_real, labels=tf.ones([batch_size // int(os.getenv('RANK_SIZE', '1'))], dtype=tf.int32)))\n"
+            'train_disc = tf.train.AdamOptimizer(0.002).minimize(disc_loss)\n'
+            '# %%\n'
+            'with tf.Session() as sess:\n'
+            '    sess.run(tf.global_variables_initializer())\n'
+            '    for step in range(1, 501):\n'
+            "        batch_x, _ = [part[int(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', '1'))] for part in mnist.train.next_batch(batch_size)]\n"
+            '        sess.run(train_disc, feed_dict={real_image_input: batch_x})\n'
+            '    z = np.random.uniform(-1., 1., size=[batch_size, 100])\n',
+        ),
     ]
 
     def prepare(self, context) -> None:
@@ -1108,7 +1146,8 @@ class MissingShard(Rule):
             rows = f"[part[{K.RANK_ID_EXPR}::{K.RANK_SIZE_EXPR}] for part in {{batch}}]"
             edits = [replace_with(cell, facts, site.node, rows, [NEEDS_OS], batch=site.node)]
             loop = _enclosing_loop(facts, site.node)
-            sizes = per_rank_sizes(context, size, _per_rank(size), [(cell, facts, loop)], [NEEDS_OS]) if loop else []
+            sizes = per_rank_sizes(context, size, _per_rank(size), [(cell, facts, loop)] + graph_cells(context),
+                                   [NEEDS_OS]) if loop else []
             edits += sizes
             l_cell, l_facts, load = loads[receiver.value.id]
             if load.keyword("seed") is None and receiver.value.id not in seeded:
