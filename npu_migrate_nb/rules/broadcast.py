@@ -599,6 +599,60 @@ class MissingBroadcast(Rule):
             'npu.distribute.broadcast(gan.discriminator.trainable_variables)\n'
             'gan.train(dataset, epochs=50)\n',
         ),
+        # The step function defined again for a second model (TensorFlow-Examples' save-and-restore guide): each definition is followed to the loops after it, so each model is broadcast where it trains.
+        Example(
+            'import tensorflow as tf\n'
+            'W = tf.Variable(tf.zeros([784, 10]))\n'
+            'b = tf.Variable(tf.zeros([10]))\n'
+            'optimizer = tf.keras.optimizers.Adam(0.01)\n'
+            'def run_optimization(x, y):\n'
+            '    with tf.GradientTape() as g:\n'
+            '        loss = loss_of(tf.matmul(x, W) + b, y)\n'
+            '    gradients = g.gradient(loss, [W, b])\n'
+            '    optimizer.apply_gradients(zip(gradients, [W, b]))\n'
+            '# %%\n'
+            'for batch_x, batch_y in train_data:\n'
+            '    run_optimization(batch_x, batch_y)\n'
+            '# %%\n'
+            'neural_net = NeuralNet()\n'
+            'optimizer = tf.keras.optimizers.Adam(0.01)\n'
+            'def run_optimization(x, y):\n'
+            '    with tf.GradientTape() as g:\n'
+            '        loss = loss_of(neural_net(x), y)\n'
+            '    gradients = g.gradient(loss, neural_net.trainable_variables)\n'
+            '    optimizer.apply_gradients(zip(gradients, neural_net.trainable_variables))\n'
+            '# %%\n'
+            'for batch_x, batch_y in train_data:\n'
+            '    run_optimization(batch_x, batch_y)\n',
+            'import tensorflow as tf\n'
+            'import npu_device as npu\n'
+            'npu.open().as_default()\n'
+            'W = tf.Variable(tf.zeros([784, 10]))\n'
+            'b = tf.Variable(tf.zeros([10]))\n'
+            'optimizer = tf.keras.optimizers.Adam(0.01)\n'
+            'def run_optimization(x, y):\n'
+            '    with tf.GradientTape() as g:\n'
+            '        loss = loss_of(tf.matmul(x, W) + b, y)\n'
+            '    gradients = g.gradient(loss, [W, b])\n'
+            '    optimizer.apply_gradients(zip(gradients, [W, b]))\n'
+            '# %%\n'
+            'npu.distribute.broadcast([W, b])\n'
+            'for batch_x, batch_y in train_data:\n'
+            '    run_optimization(batch_x, batch_y)\n'
+            '# %%\n'
+            'neural_net = NeuralNet()\n'
+            'optimizer = tf.keras.optimizers.Adam(0.01)\n'
+            'def run_optimization(x, y):\n'
+            '    with tf.GradientTape() as g:\n'
+            '        loss = loss_of(neural_net(x), y)\n'
+            '    gradients = g.gradient(loss, neural_net.trainable_variables)\n'
+            '    optimizer.apply_gradients(zip(gradients, neural_net.trainable_variables))\n'
+            '# %%\n'
+            'for batch_x, batch_y in train_data:\n'
+            '    run_optimization(batch_x, batch_y)\n'
+            '    if optimizer.iterations == 1:\n'
+            '        npu.distribute.broadcast(neural_net.trainable_variables)\n',
+        ),
     ]
 
     def check(self, context) -> Iterable[Finding]:
@@ -1478,7 +1532,7 @@ def _top_level_call(context, cell, facts, site: CallSite):
     for _unused in range(4):
         callers = []
         for function in frontier:
-            for c_cell, c_facts, caller in _uses_of_function(context, function):
+            for c_cell, c_facts, caller in _uses_of_function(context, function, cell if function == site.function else None):
                 if caller.function is None:
                     return c_cell, c_facts, caller
                 if caller.function not in seen:
@@ -1488,9 +1542,15 @@ def _top_level_call(context, cell, facts, site: CallSite):
     return None
 
 
-def _uses_of_function(context, name: str):
-    """Calls of ``name``, and calls that pass ``name`` on (``strategy.run(name, args=...)``)."""
+def _uses_of_function(context, name: str, defined_in: Optional[int] = None):
+    """Calls of ``name``, and calls that pass ``name`` on (``strategy.run(name, args=...)``).
+    ``defined_in``: the cell defining the function meant; a later cell defining the same name again
+    (TensorFlow-Examples' second ``run_optimization``) takes the calls from there on."""
+    redefined = min((c for c, f in context.facts.cells_mentioning(name)
+                     if defined_in is not None and c > defined_in and name in f.functions), default=None)
     for cell, facts in context.facts.cells_mentioning(name):
+        if defined_in is not None and (cell < defined_in or (redefined is not None and cell >= redefined)):
+            continue
         for site in facts.calls:
             if site.dotted == name or any(isinstance(arg, ast.Name) and arg.id == name for arg in site.node.args):
                 yield cell, facts, site

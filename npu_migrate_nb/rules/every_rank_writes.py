@@ -205,6 +205,45 @@ class EveryRankWrites(Rule):
             "    optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_weights), model.trainable_weights))\n"
             "    save_path = manager.save()\n",
         ),
+        # A model of the notebook's own class deriving from Keras' Model, trained in a custom loop (TensorFlow-Examples): its save_weights raced on the ranks.
+        Example(
+            'import tensorflow as tf\n'
+            'from tensorflow.keras import Model, layers\n'
+            'class NeuralNet(Model):\n'
+            '    def __init__(self):\n'
+            '        super().__init__()\n'
+            '        self.out = layers.Dense(10)\n'
+            '    def call(self, x):\n'
+            '        return self.out(x)\n'
+            'neural_net = NeuralNet()\n'
+            'optimizer = tf.keras.optimizers.Adam(0.01)\n'
+            'for x, y in train_data:\n'
+            '    with tf.GradientTape() as g:\n'
+            '        loss = loss_of(neural_net(x), y)\n'
+            '    gradients = g.gradient(loss, neural_net.trainable_variables)\n'
+            '    optimizer.apply_gradients(zip(gradients, neural_net.trainable_variables))\n'
+            '# %%\n'
+            'neural_net.save_weights(filepath="./tfmodel.ckpt")\n',
+            'import tensorflow as tf\n'
+            'import os\n'
+            'from tensorflow.keras import Model, layers\n'
+            'class NeuralNet(Model):\n'
+            '    def __init__(self):\n'
+            '        super().__init__()\n'
+            '        self.out = layers.Dense(10)\n'
+            '    def call(self, x):\n'
+            '        return self.out(x)\n'
+            'neural_net = NeuralNet()\n'
+            'optimizer = tf.keras.optimizers.Adam(0.01)\n'
+            'for x, y in train_data:\n'
+            '    with tf.GradientTape() as g:\n'
+            '        loss = loss_of(neural_net(x), y)\n'
+            '    gradients = g.gradient(loss, neural_net.trainable_variables)\n'
+            '    optimizer.apply_gradients(zip(gradients, neural_net.trainable_variables))\n'
+            '# %%\n'
+            "if int(os.getenv('RANK_ID', '0')) == 0:\n"
+            '    neural_net.save_weights(filepath="./tfmodel.ckpt")\n',
+        ),
     ]
 
     def check(self, context) -> Iterable[Finding]:
@@ -433,7 +472,18 @@ def _is_a_model(context, name: str) -> bool:
         if any(site.dotted == f"{name}.{method}" for _cell, _facts, site in context.facts.calls(method)):
             return True
     made = _made_with(context, name) or ""
-    return made.startswith("tensorflow.keras.")
+    return made.startswith("tensorflow.keras.") or _subclasses_a_keras_model(context, made)
+
+
+def _subclasses_a_keras_model(context, class_name: str) -> bool:
+    """Is ``class_name`` a class of the notebook deriving from Keras' Model (``class NeuralNet(Model)``)?"""
+    for _cell, facts in context.facts.cells_mentioning(class_name):
+        found = facts.classes.get(class_name)
+        if found is not None:
+            return any(context.facts.resolve(dotted_name(base)) in ("tensorflow.keras.Model", "tensorflow.keras.models.Model",
+                                                                    "keras.Model", "keras.models.Model")
+                       for base in found.bases)
+    return False
 
 
 def _on_one_rank(facts: CellFacts, stmt: ast.stmt) -> bool:
