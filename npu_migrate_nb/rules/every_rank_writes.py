@@ -84,6 +84,20 @@ class EveryRankWrites(Rule):
         "import tempfile\nimport tensorflow as tf\nmodel.compile('sgd', 'mse')\nmodel.fit(x, y)\n"
         "path = tempfile.mkdtemp()\nmodel.save(path + '/my_model.keras')\n"
         "restored = tf.keras.models.load_model(path + '/my_model.keras')\n",
+        # A folder each process makes for itself, reached through two names (TensorFlow's core MLP guide):
+        # each rank saves and reads back its own copy; a guard would leave the other ranks nothing to load.
+        'import os\n'
+        'import tempfile\n'
+        'import tensorflow as tf\n'
+        'model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(4,))])\n'
+        "model.compile('sgd', 'mse')\n"
+        'model.fit(x, y)\n'
+        '# %%\n'
+        'models = tempfile.mkdtemp()\n'
+        "save_path = os.path.join(models, 'mlp_model_export')\n"
+        'tf.saved_model.save(model, save_path)\n'
+        '# %%\n'
+        'reloaded = tf.saved_model.load(save_path)\n',
     ]
     INVALID = [
         Example(
@@ -436,14 +450,17 @@ def _save_path(context, site: CallSite) -> Optional[ast.expr]:
     return site.argument(position, name) if name is not None else None
 
 
-def _per_process(context, path: ast.expr) -> bool:
-    """Is ``path`` in a folder each process makes for itself (``tempfile.mkdtemp()``)? Each rank then
-    writes its own copy already."""
+def _per_process(context, path: ast.expr, depth: int = 3) -> bool:
+    """Is ``path`` in a folder each process makes for itself (``tempfile.mkdtemp()``), directly or
+    through the names it is made from (``save_path = os.path.join(models, 'export')`` with ``models =
+    tempfile.mkdtemp()``)? Each rank then writes its own copy already, and reads it back."""
     for node in ast.walk(path):
         if isinstance(node, ast.Call) and context.facts.resolve(dotted_name(node.func)) in _PER_PROCESS_DIRS:
             return True
-        if isinstance(node, ast.Name) and _made_with(context, node.id) in _PER_PROCESS_DIRS:
-            return True
+        if isinstance(node, ast.Name) and depth > 0:
+            values = [a.value for _c, _f, a in context.facts.assignments(node.id) if a.function is None]
+            if values and _per_process(context, values[-1], depth - 1):
+                return True
     return False
 
 
