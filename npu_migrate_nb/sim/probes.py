@@ -1150,6 +1150,11 @@ class _LoopTracker:
                 "its batches do not come from a for loop over a tf.data dataset (next(iterator), arrays sliced "
                 "by hand): proof mode cannot end it from outside"))
 
+    @property
+    def observed_steps(self) -> int:
+        """Updates the probes read, every trained set together (a TF2 function's first two per set)."""
+        return sum(trained.steps for trained in self._trained.values())
+
     def total_steps(self) -> int:
         """Optimizer steps taken since the notebook started: eager and TF1 ones as seen, those of TF2
         functions from their counter (one read of a variable)."""

@@ -230,7 +230,7 @@ def local_step(features, labels):
     optimizer.apply_gradients(zip(grads, model.trainable_variables))
 for features, labels in dataset:
     local_step(features, labels)'''
-    count = "from npu_migrate_nb.sim import probes\nprint('observed steps', probes._loop_tracker._steps)"
+    count = "from npu_migrate_nb.sim import probes\nprint('observed steps', probes._loop_tracker.observed_steps)"
     cells = custom_loop("sum") + [count, local_steps]
     result = run(cluster, write("loop_then_local_steps", cells), compare=False)
     counted = result.to_json()["cells"][4]["ranks"]
