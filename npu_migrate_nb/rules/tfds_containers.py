@@ -17,6 +17,7 @@ from typing import List, Optional, Set, Tuple
 
 from .. import knowledge as K
 from ..facts import CallSite, CellFacts, chain_root_name
+from .base import replace
 
 TFDS_LOAD = "tensorflow_datasets.load"
 TRAIN = "train"
@@ -142,8 +143,6 @@ def whole_for_adapt(context, split: TrainingSplit, names: Set[str], after: Tuple
     the twin is batched with the global batch when the pipeline was; None when there is nothing to do or
     the pipeline does more (a ``map`` the adapt would then miss). ``function``: the load's; the adapt
     must be in it too (the twin is its local)."""
-    from .base import replace
-
     adapts = []
     for cell, facts, site in context.facts.calls("adapt"):
         data = site.argument(0, "data")
@@ -160,8 +159,8 @@ def whole_for_adapt(context, split: TrainingSplit, names: Set[str], after: Tuple
         return None
     twin = _twin_name(split)
     edits, cells = [], []
+    batched = first_batch(context, names, after, split.subscript)
     for cell, facts, site, root in adapts:
-        batched = first_batch(context, names, after, split.subscript)
         code = twin
         if batched is not None and (batched[0], batched[2].node.lineno) < (cell, site.node.lineno) \
                 and not _batches(site.argument(0, "data")):

@@ -552,11 +552,17 @@ def _record_fit_input(x, y, batch_size, shuffle=True) -> None:
         return
     # fit shuffles arrays on every rank differently: the rank's whole data is the honest fingerprint.
     # Without shuffling, the first batch is the first batch_size rows (Keras' default 32).
-    data = [x, y] if y is not None else [x]
+    _record_arrays("keras fit arrays", [x, y] if y is not None else [x], batch_size or 32, shuffle)
+
+
+def _record_arrays(source: str, data: list, batch_size: int, shuffle) -> None:
+    """A rank's whole arrays as its input: without shuffling, the first batch is its first rows."""
+    import tensorflow as tf
+
     try:
-        rows = None if shuffle else tf.nest.map_structure(lambda a: a[: batch_size or 32], data)
+        rows = None if shuffle else tf.nest.map_structure(lambda a: a[:batch_size], data)
         head = tf.nest.map_structure(lambda a: a[:SAMPLE_ROWS], data)
-        record_input("keras fit arrays", data, data, rows=rows, sample=row_digests(head))
+        record_input(source, data, data, rows=rows, sample=row_digests(head))
     except Exception:
         return
 
@@ -921,7 +927,8 @@ def _make_estimator_hook(input_fn_box: dict, steps: Optional[int] = None, max_st
         def after_create_session(self, session, coord):
             self._begin_progress(session)
             if input_fn_box.get("arrays") is not None:
-                _record_numpy_input(input_fn_box["arrays"])
+                data, shuffle, batch_size = input_fn_box["arrays"]
+                _record_arrays(ESTIMATOR_ARRAYS, data, batch_size, shuffle)
             if not self._first_batches:
                 return
             batches = []
@@ -1004,18 +1011,6 @@ def _wrap_numpy_input_fn(original):
 
     numpy_input_fn._npu_probe = True
     return numpy_input_fn
-
-
-def _record_numpy_input(arrays) -> None:
-    import tensorflow as tf
-
-    data, shuffle, batch_size = arrays
-    try:
-        rows = None if shuffle else tf.nest.map_structure(lambda a: a[:batch_size], data)
-        head = tf.nest.map_structure(lambda a: a[:SAMPLE_ROWS], data)
-        record_input(ESTIMATOR_ARRAYS, data, data, rows=rows, sample=row_digests(head))
-    except Exception:
-        return
 
 
 def _wrap_input_fn(input_fn, box: dict):
