@@ -381,8 +381,11 @@ result["rank"] = me
 values = [tf.ones([1000])]
 in_graph = tf.function(lambda: comm.all_reduce(values, "sum"))
 in_graph()  # traced, the native kernel loaded
+from mpi4py import MPI
 cpu_while_waiting = {}
-for path, call in (("eager", lambda: comm.all_reduce(values, "sum")), ("graph", in_graph)):
+# MPICH's own blocking wait, the reference: it polls on its core for as long as it waits
+paths = (("mpich", MPI.COMM_WORLD.Barrier), ("eager", lambda: comm.all_reduce(values, "sum")), ("graph", in_graph))
+for path, call in paths:
     comm.barrier()
     if me == 1:
         time.sleep(2.0)
@@ -396,12 +399,15 @@ emit()
 
 @pytest.mark.sim
 def test_a_rank_waiting_for_a_late_rank_sleeps_instead_of_spinning(tmp_path):
-    # MPICH's own wait keeps rank 0 on a core for the whole 2 s (CPU time ~ wall time when a core is free)
+    # judged against MPICH's own wait in the same run, which keeps rank 0 polling on its core: on an
+    # idle machine it burns ~the whole 2 s and a napping rank ~2% of that; a machine loaded by other
+    # work takes from the spinning rank and adds to the napping rank's wake-ups, the ratio stays far below 1/2
     done, results = run_script(tmp_path, LATE_RANK_2, ranks=2)
-    rank0 = _by_rank(done, results, 2)[0]
-    for path, (cpu, wall) in rank0["cpu_while_waiting"].items():
+    waits = _by_rank(done, results, 2)[0]["cpu_while_waiting"]
+    spinning_cpu, _ = waits.pop("mpich")
+    for path, (cpu, wall) in waits.items():
         assert wall > 1.5, path
-        assert cpu < 0.1 * wall, (path, cpu, wall)  # napping: ~2%; spinning on this loaded machine: >20%
+        assert cpu < 0.5 * spinning_cpu, (path, cpu, spinning_cpu)
 
 
 NOOP_SINGLE = """
