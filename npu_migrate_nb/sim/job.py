@@ -23,7 +23,8 @@ checks) and writes one JSON object per line to stdout:
 * ``{"event": "one_card", "one_card": {"cell": index, "status": "running", "detail": ...}}`` when a
   cell failed on the ranks: they are stopped and the cells up to it rerun on one card (unless
   ``--no-one-card``), then ``{"event": "one_card", "one_card": OneCard.to_json()}`` with its verdict
-  (``status`` "fails": it fails on one card too, "runs": the distributed run breaks it, "unknown");
+  (``status`` "fails": it fails on one card too, "runs": the distributed run breaks it, "unknown";
+  ``after_cut``: it failed after proof mode cut a training short, so ``--full`` may run it);
 * ``{"event": "result", "result": RunResult.to_json()}`` after the last cell (its ``one_card`` is
   the verdict, or null);
 * ``{"event": "error", "message": ...}``: the run could not happen (unusable notebook, the cluster
@@ -332,7 +333,7 @@ def rerun_failed_cell_on_one_card(events: EventWriter, notebook, result, cluster
     cluster.stop()
     bound = bound_for(result.elapsed_s)
     events.emit({"event": "one_card", "one_card": {
-        "cell": failed.cell, "status": "running",
+        "cell": failed.cell, "status": "running", "after_cut": False,
         "detail": _("rerunning the cells up to cell {cell} on one card (at most {seconds} s)").format(
             cell=failed.cell, seconds=f"{bound:.0f}")}})
     one_card = rerun_on_one_card(notebook, failed.cell, cluster, bound, proof_steps=result.proof_steps)

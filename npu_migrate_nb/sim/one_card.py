@@ -37,9 +37,10 @@ class OneCard:
     cell: int  # the cell that failed on the ranks
     status: str  # FAILS | RUNS | UNKNOWN
     detail: str  # one line for a person
+    after_cut: bool = False  # failed after proof mode cut a training short: --full may run it
 
     def to_json(self) -> dict:
-        return {"cell": self.cell, "status": self.status, "detail": self.detail}
+        return {"cell": self.cell, "status": self.status, "detail": self.detail, "after_cut": self.after_cut}
 
 
 def bound_for(seconds_on_ranks: float) -> float:
@@ -81,10 +82,11 @@ def rerun_on_one_card(notebook: Notebook, cell: int, like: Cluster, bound: float
                 return _out_of_time(cell, bound)
             if outcome.status == "error":
                 text = _fails_text(cell, each.index, outcome)
-                if proof_steps is not None and runner.shortened():
+                after_cut = proof_steps is not None and bool(runner.shortened())
+                if after_cut:
                     text += _(" (in proof mode: training was cut short, which a cell checking accuracy may not "
                               "accept: --full trains as written)")
-                return OneCard(cell, FAILS, text)
+                return OneCard(cell, FAILS, text, after_cut)
             if each.index == cell:  # in the order run: a kernel's replayed cells keep their execution counts
                 break
         return OneCard(cell, RUNS, _("runs on one card: the distributed run breaks it (cells up to {cell} ran "

@@ -30,7 +30,8 @@ async def test_a_cell_only_rank_1_fails_runs_on_one_card_and_the_status_says_so(
     status = await wait_until(job_request, job_id, lambda s: s["state"] in FINAL, "end")
     assert status["state"] == "done", status
     expected = {"cell": 1, "status": "runs",
-                "detail": "runs on one card: the distributed run breaks it (cells up to 1 ran at rank size 1)"}
+                "detail": "runs on one card: the distributed run breaks it (cells up to 1 ran at rank size 1)",
+                "after_cut": False}
     assert status["one_card"] == expected, status
     result = status["result"]
     assert result["one_card"] == expected and result["ok"] is False
@@ -56,6 +57,7 @@ async def test_delete_during_the_one_card_rerun_stops_its_rank(post, job_request
     assert time.monotonic() - asked < 60, "the stop waited for the one-card rank's sleep"
     assert status["result"] is None
     assert status["one_card"] == {"cell": 0, "status": "unknown",
-                                  "detail": "not known: the simulation ended before the one-card rerun did"}
+                                  "detail": "not known: the simulation ended before the one-card rerun did",
+                                  "after_cut": False}
     assert still_running(running) == []
     assert job_processes(before) == set()

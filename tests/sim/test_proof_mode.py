@@ -291,8 +291,10 @@ def test_the_cli_proves_by_default_takes_steps_and_full_and_tells_a_cut_short_as
     assert "in proof mode: training was cut short" in out, out  # the one-card rerun fails the same way
 
     code, out, err = cli("run", path, "-n", "2", "--steps", "0", "--format", "json")
-    proof = __import__("json").loads(out)["proof"]
+    report = __import__("json").loads(out)
+    proof = report["proof"]
     assert proof["steps"] == 0 and proof["shortened"][0]["taken"] == 2, proof
+    assert report["one_card"]["status"] == "fails" and report["one_card"]["after_cut"] is True, report["one_card"]
 
     code, out, err = cli("run", path, "-n", "2", "--full")
     assert code == 0, out + err
