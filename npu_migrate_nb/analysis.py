@@ -45,6 +45,9 @@ class Options:
     # directory for a notebook without a file, as in a kernel).
     base: Optional[str] = None
     paths_from: Optional[str] = None  # module paths are shown relative to this (default: working directory)
+    # The project's root (project.py): modules are also looked up from it, as Python does with the root
+    # on its path; None: the notebook's folder alone.
+    root: Optional[str] = None
 
 
 @dataclass
@@ -132,7 +135,7 @@ def analyze(notebook: Notebook, options: Optional[Options] = None) -> Analysis:
             notebook.path, notebook.language, "none", None, _not_applicable(), python=False,
             reasons={step: reason for step in STEPS}, mode=Mode(TF2, _(NOT_PYTHON_MODE_REASON)),
         )
-    modules = project_modules(notebook, options.base, options.paths_from)
+    modules = project_modules(notebook, options.base, options.paths_from, options.root)
     facts = NotebookFacts(notebook, [(module.index, module.source) for module in modules.found])
     context = Context(facts, options, modules)
     for rule in ALL_RULES:
@@ -147,12 +150,27 @@ def analyze(notebook: Notebook, options: Optional[Options] = None) -> Analysis:
         module = context.module_at.get(finding.cell)
         if module is not None:
             finding.path = module.path
+    if notebook.kind == "script":
+        _at_file_lines(notebook, context.findings)
     findings = sorted(unique(context.findings), key=sort_key)
     errors = [CellError(index, *cell.error) for index, cell in facts.unreadable]
     return Analysis(
         notebook.path, notebook.language, context.framework, context.adapter, context.steps, findings, errors,
         reasons=context.reasons, context=context, mode=context.mode,
     )
+
+
+def _at_file_lines(script: Notebook, findings: List[Finding]) -> None:
+    """A script's findings name the file and its lines (its ``# %%`` cells are the analyzer's, not
+    the person's); their edits keep their cells."""
+    first_line, line = {}, 1
+    for cell in script.cells:
+        first_line[cell.index] = line
+        line += cell.source.count("\n")
+    for finding in findings:
+        if finding.path is None and finding.cell in first_line:
+            offset = first_line[finding.cell] - 1
+            finding.path, finding.line, finding.end_line = script.path, finding.line + offset, finding.end_line + offset
 
 
 def _not_applicable() -> Dict[str, str]:

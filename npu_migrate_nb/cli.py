@@ -71,7 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="{check,fix,run,export}", required=True)
 
     check = commands.add_parser("check", parents=[language], help=_("report missing or wrong distributed steps"))
-    check.add_argument("paths", nargs="+", metavar="PATH", help=_(".ipynb notebooks or .py scripts"))
+    check.add_argument("paths", nargs="+", metavar="PATH",
+                       help=_(".ipynb notebooks, .py scripts, or directories (every notebook and entry script "
+                              "in it, with the modules they import)"))
     check.add_argument("--format", choices=("text", "json"), default="text",
                        help=_("text: a line per finding, then the steps; json: each finding with the url of its "
                               "code's page (the site: {variable}, else {url})").format(
@@ -185,9 +187,19 @@ def speaking(name: Optional[str]) -> Iterator[None]:
         i18n.set_language(previous)
 
 
+def _add_root_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--root", metavar="DIR",
+        help=_("the project's root, run with on PYTHONPATH: modules are looked up from the file's folder, "
+               "then from it (default: the nearest folder above with pyproject.toml, setup.py, setup.cfg or "
+               ".git, else the folder above the top package)"),
+    )
+
+
 def _add_analysis_options(parser: argparse.ArgumentParser) -> None:
     from .analysis import BROADCAST_STYLES, REDUCTIONS
 
+    _add_root_option(parser)
     parser.add_argument(
         "--ranks",
         type=positive_int,

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
+import tempfile
 from dataclasses import replace as with_changes
 from typing import List, Optional, Tuple
 
 from .analysis import Analysis, Options, analyze
 from .i18n import _
-from .notebook import InputError, Notebook, atomic_write, load, render
+from .notebook import InputError, Notebook, atomic_write, load, read_text, render
+from .project import SKIPPED_FOLDERS, entry_folder_and_root, find_root, open_project, project_files
 from .report import cell_diffs, json_report, summary_lines, text_report, unified_diff
 
 EXIT_OK, EXIT_FINDINGS, EXIT_INPUT = 0, 1, 2
@@ -17,6 +20,20 @@ EXIT_OK, EXIT_FINDINGS, EXIT_INPUT = 0, 1, 2
 
 def options_from(args) -> Options:
     return Options(ranks=args.ranks, broadcast_style=args.broadcast_style, reduction=args.reduction)
+
+
+def entry_options(options: Options, path: str, root: Optional[str]) -> Options:
+    """``options`` for one entry of a project: its modules looked up from its folder, then the root."""
+    return with_changes(options, **entry_folder_and_root(path, root))
+
+
+def targets(path: str, root: Optional[str]) -> Tuple[List[str], Optional[str]]:
+    """The notebooks and scripts ``path`` stands for: itself, or a directory's entries (project.py);
+    and the project's root (given, else found above ``path``)."""
+    if os.path.isdir(path):
+        project = open_project(path, root)
+        return project.entries, project.root
+    return [path], os.path.abspath(root) if root else find_root(path)
 
 
 def exit_code_for(analysis: Analysis) -> int:
@@ -28,15 +45,48 @@ def exit_code_for(analysis: Analysis) -> int:
 
 def check_command(args) -> int:
     analyses: List[Analysis] = []
+    quiet = 0  # a directory's entries without training and without findings: counted, not shown
     status = EXIT_OK
     for path in args.paths:
-        analysis, code = _analyze_path(path, options_from(args))
-        status = max(status, code)
-        if analysis is not None:
+        try:
+            entries, root = targets(path, args.root)
+        except InputError as error:
+            _complain(error)
+            status = EXIT_INPUT
+            continue
+        directory = os.path.isdir(path)
+        for entry in entries:
+            analysis, code = _analyze_path(entry, entry_options(options_from(args), entry, root))
+            status = max(status, code)
+            if analysis is None:
+                continue
+            if directory and args.format == "text" and _nothing_to_say(analysis):
+                quiet += 1
+                continue
             analyses.append(analysis)
+    once_per_module(analyses)
     if analyses:
         sys.stdout.write(json_report(analyses) if args.format == "json" else text_report(analyses))
+    if quiet:
+        sys.stdout.write(_("{count} more file(s): no training, nothing to report").format(count=quiet) + "\n")
     return status
+
+
+def _nothing_to_say(analysis: Analysis) -> bool:
+    return analysis.framework == "none" and not analysis.findings and not analysis.errors
+
+
+def once_per_module(analyses: List[Analysis]) -> None:
+    """A module two entries import is reported once, with the first entry that reaches it."""
+    said = set()
+    for analysis in analyses:
+        kept = []
+        for finding in analysis.findings:
+            key = (finding.path, finding.line, finding.column, finding.code)
+            if finding.path is None or key not in said:
+                kept.append(finding)
+                said.add(key)
+        analysis.findings = kept
 
 
 def _analyze_path(path: str, options: Options) -> Tuple[Optional[Analysis], int]:
@@ -52,12 +102,14 @@ def _analyze_path(path: str, options: Options) -> Tuple[Optional[Analysis], int]
 
 
 def fix_command(args) -> int:
+    if os.path.isdir(args.path):
+        return fix_project_command(args)
     try:
         notebook = load(args.path)
     except InputError as error:
         _complain(error)
         return EXIT_INPUT
-    options = options_from(args)
+    options = entry_options(options_from(args), args.path, args.root)
     analysis = analyze(notebook, options)
     if not analysis.python:
         _skip(args.path, analysis)  # nothing written, not even with -o
@@ -83,6 +135,148 @@ def fix_command(args) -> int:
     remaining = _remaining(notebook, result.sources, options)
     _summarize(args.path, result, remaining, written)
     return exit_code_for(remaining)
+
+
+def fix_project_command(args) -> int:
+    """``fix DIR``: every entry of the project fixed, in a working copy of its notebooks and scripts
+    (an entry sees what the entries before it changed in a module they share: fixed once), then the
+    changed files written back (``--in-place``, each keeping a ``.orig``), or the project's tree copied
+    to ``-o OUT`` with them, or their diffs printed."""
+    try:
+        project = open_project(args.path, args.root)
+        _refuse_output(args.output)
+    except InputError as error:
+        _complain(error)
+        return EXIT_INPUT
+    with tempfile.TemporaryDirectory(prefix="npu-migrate-nb-") as work:
+        copy = ProjectCopy(project.root, work)
+        changed, diffs, fixes = {}, [], 0
+        for entry in project.entries:
+            outcome = _fix_entry_in(copy, entry, options_from(args))
+            if outcome is None:
+                continue
+            fixes += outcome[0]
+            for original, (old, new, diff) in outcome[1].items():
+                changed[original] = (changed.get(original, (old,))[0], new)
+                diffs.append(diff)
+        status = max([EXIT_OK] + [_report_remaining(copy, entry, options_from(args)) for entry in project.entries])
+    if args.diff or not (args.output or args.in_place):
+        sys.stdout.write("".join(diffs))
+    written = _write_project(args, project.root, changed)
+    print("npu-migrate-nb: " + _("{path}: applied {fixes} fix(es) in {files} file(s){where}").format(
+        path=args.path, fixes=fixes, files=len(changed), where=written), file=sys.stderr)
+    return status
+
+
+class ProjectCopy:
+    """The project's notebooks and scripts copied under ``work``, and the way between their paths."""
+
+    def __init__(self, root: str, work: str):
+        self.root, self.work = root, work
+        for path in project_files(root):
+            copied = self.copied(path)
+            os.makedirs(os.path.dirname(copied), exist_ok=True)
+            shutil.copy2(path, copied)
+
+    def copied(self, path: str) -> str:
+        return os.path.join(self.work, os.path.relpath(os.path.abspath(path), self.root))
+
+    def in_project(self, path: str) -> str:
+        """The project's file (absolute) for a path of the copy (absolute, or relative to the copy)."""
+        return os.path.join(self.root, os.path.relpath(os.path.join(self.work, path), self.work))
+
+    def original(self, path: str) -> str:
+        """The project's file for a path of the copy, as the person would name it."""
+        return _as_given(self.in_project(path))
+
+    def diff_name(self, path: str) -> str:
+        """A path of the copy as a diff names it: from the project's root (``patch -p1`` there)."""
+        return os.path.relpath(os.path.join(self.work, path), self.work)
+
+
+def _as_given(path: str) -> str:
+    relative = os.path.relpath(path)
+    return path if relative.startswith("..") else relative
+
+
+def _fix_entry_in(copy: ProjectCopy, entry: str, options: Options):
+    """Fix the copy of ``entry``: (fixes applied, {original path: (old, new, diff)}) of the files it
+    changed, written into the copy; None when it is not a Python notebook or cannot be read."""
+    from .rewrite import fix_notebook  # libcst: only ``fix`` pays for it
+
+    copied = copy.copied(entry)
+    try:
+        notebook = load(copied)
+    except InputError as error:
+        _complain(InputError(_as_given(entry), error.message, error.cell, error.line))
+        return None
+    analysis = analyze(notebook, with_changes(options, base=os.path.dirname(copied), root=copy.work,
+                                             paths_from=copy.work))
+    if not analysis.python:
+        return None
+    result = fix_notebook(notebook, analysis)
+    for where, reason in result.failed:
+        place = copy.original(where) if isinstance(where, str) else f"{_as_given(entry)}:cell {where}"
+        print("npu-migrate-nb: " + _("{where}: not fixed: {reason}").format(where=place, reason=reason),
+              file=sys.stderr)
+    files = {}
+    if result.sources:
+        text, old = render(notebook, result.sources), read_text(copied)
+        name = copy.diff_name(copied)
+        diff = (unified_diff(old, text, name) if notebook.kind == "script"
+                else cell_diffs(with_changes(notebook, path=name), result.sources))
+        files[copy.in_project(copied)] = (old, text, diff)
+        atomic_write(copied, text)
+    for path, (old, new) in result.modules.items():
+        files[copy.in_project(path)] = (old, new, unified_diff(old, new, copy.diff_name(path)))
+        atomic_write(os.path.join(copy.work, path), new)
+    return len(result.applied), files
+
+
+def _report_remaining(copy: ProjectCopy, entry: str, options: Options) -> int:
+    """What is left in the fixed copy of ``entry``, said with the project's own paths; its exit code."""
+    copied = copy.copied(entry)
+    try:
+        notebook = load(copied)
+    except InputError:
+        return EXIT_INPUT
+    remaining = analyze(notebook, with_changes(options, base=os.path.dirname(copied), root=copy.work,
+                                              paths_from=copy.work))
+    if not remaining.python or _nothing_to_say(remaining):
+        return exit_code_for(remaining)
+    shown = _as_given(entry)
+    for finding in remaining.problems:
+        place = (copy.original(finding.path) + f":{finding.line}:{finding.column}" if finding.path is not None
+                 else f"{shown}:cell {finding.cell}:{finding.line}:{finding.column}")
+        print(f"  {place}: {finding.severity}: {finding.message} [{finding.code}]", file=sys.stderr)
+    after = _("{path} (after fix):").format(path=shown)
+    for line in summary_lines(remaining):
+        print(line.replace(f"{remaining.path}:", after, 1), file=sys.stderr)
+    return exit_code_for(remaining)
+
+
+def _refuse_output(output: Optional[str]) -> None:
+    if output and os.path.exists(output):
+        raise InputError(output, _("already exists: -o writes a new copy of the project"))
+
+
+def _write_project(args, root: str, changed) -> str:
+    """Write the changed files as asked; what was written, said for the summary line."""
+    if args.output:
+        staging = tempfile.mkdtemp(prefix=".npu-migrate-nb-", dir=os.path.dirname(os.path.abspath(args.output)))
+        tree = os.path.join(staging, "tree")
+        shutil.copytree(root, tree, ignore=shutil.ignore_patterns(*SKIPPED_FOLDERS))
+        for path, (_old, new) in changed.items():
+            atomic_write(os.path.join(tree, os.path.relpath(path, root)), new)
+        os.replace(tree, args.output)  # the copy appears whole, or not at all
+        os.rmdir(staging)
+        return _(", wrote {path}").format(path=args.output)
+    if args.in_place:
+        for path, (_old, new) in sorted(changed.items()):
+            shutil.copy2(path, path + ".orig")
+            atomic_write(path, new)
+        return _(", fixed in place (each original kept as FILE.orig)") if changed else ""
+    return _(", nothing written (use -o OUT or --in-place)") if changed else ""
 
 
 def _write(args, notebook: Notebook, text: str, changed: bool) -> Optional[str]:

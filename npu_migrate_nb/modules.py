@@ -3,8 +3,10 @@ notebook's folder or package. Each module found becomes one more source in the s
 findings name its file); a module that cannot be seen (not a file of the project: an installed package,
 a file that is not there) is remembered with the reason, for the ``unknown`` step status.
 
-Modules are looked up as Python would from the notebook's folder (the kernel's working directory),
-then followed transitively, with relative imports resolved in their package.
+Modules are looked up as Python would from the notebook's folder (the kernel's working directory)
+and, in a project, from its root (run with the root on ``PYTHONPATH``: ``from official.staging import
+grad_utils``), then followed transitively, with relative imports resolved in their package. Nothing
+above the project's root (the notebook's folder without one) is read.
 """
 
 from __future__ import annotations
@@ -63,27 +65,31 @@ class ProjectModules:
         return {module.index: module for module in self.found}
 
 
-def project_modules(notebook: Notebook, base: Optional[str] = None, shown_from: Optional[str] = None) -> ProjectModules:
+def project_modules(notebook: Notebook, base: Optional[str] = None, shown_from: Optional[str] = None,
+                    root: Optional[str] = None) -> ProjectModules:
     """The local modules ``notebook`` imports (transitively), read from ``base`` (default: the
-    notebook's folder; the working directory for a notebook without a file). Their paths are shown
-    relative to ``shown_from`` (default: the working directory)."""
-    root = base if base is not None else _folder_of(notebook.path)
+    notebook's folder; the working directory for a notebook without a file), then from the project's
+    ``root`` (usually a folder above ``base``). Their paths are shown relative to
+    ``shown_from`` (default: the working directory)."""
+    folder = base if base is not None else _folder_of(notebook.path)
+    root = root or folder
+    searched = (folder, root) if root != folder else (folder,)
     shown_from = shown_from or os.getcwd()
     found: List[ModuleSource] = []
     unseen: Dict[str, str] = {}
     seen_files = set()
     pending: List[Tuple[str, bool, str]] = [
-        (name, optional, root)
+        (name, optional, folder)
         for cell in notebook.code_cells
         for name, optional in _imported_names(facts_for(cell.source).imports)
     ]
     tried = set()
     written = written_modules(notebook)
     while pending and len(found) < MAX_MODULES:
-        name, optional, folder = pending.pop(0)
-        if (name, folder) in tried:
+        name, optional, importer = pending.pop(0)
+        if (name, importer) in tried:
             continue
-        tried.add((name, folder))
+        tried.add((name, importer))
         top = name.lstrip(".").split(".")[0]
         if not name.startswith(".") and top in KNOWN_PACKAGES:
             continue
@@ -92,9 +98,9 @@ def project_modules(notebook: Notebook, base: Optional[str] = None, shown_from: 
             cell, source = written[name]
             if facts_for(source).error is None:
                 found.append(ModuleSource(name, f"{name}.py", source, MODULE_CELL_BASE + len(found), cell))
-                pending += [(inner, maybe, root) for inner, maybe in _imported_names(facts_for(source).imports)]
+                pending += [(inner, maybe, folder) for inner, maybe in _imported_names(facts_for(source).imports)]
                 continue
-        path = _module_file(name, folder, root)
+        path = _module_file(name, importer, searched, root)
         if path is None:
             if not optional and not name.startswith("."):
                 unseen.setdefault(name, _why_unseen(name, root))
@@ -159,19 +165,21 @@ def _imported_names(imports: Iterable[ImportFact]) -> List[Tuple[str, bool]]:
     return list(names.items())
 
 
-def _module_file(name: str, folder: str, root: str) -> Optional[str]:
-    """The file of module ``name``: relative names from ``folder``, absolute ones from ``root``."""
+def _module_file(name: str, importer: str, searched: Tuple[str, ...], root: str) -> Optional[str]:
+    """The file of module ``name``: relative names from ``importer``'s folder, absolute ones from
+    each of ``searched`` in turn (as ``sys.path``), never from above ``root`` or the first folder searched."""
     level = len(name) - len(name.lstrip("."))
-    base = folder if level else root
-    for _level in range(max(level - 1, 0)):
-        base = os.path.dirname(base)
+    bases = [importer] if level else list(searched)
+    allowed = tuple(os.path.realpath(folder) + os.sep for folder in {root, searched[0]})
     parts = name.lstrip(".").split(".")
-    candidate = os.path.join(base, *parts)
-    inside = os.path.realpath(root) + os.sep
-    for path in (candidate + ".py", os.path.join(candidate, "__init__.py")):
-        # Never above the notebook's folder (a server must not read outside its root through imports).
-        if os.path.realpath(path).startswith(inside) and os.path.isfile(path) and os.path.getsize(path) <= MAX_MODULE_BYTES:
-            return path
+    for base in bases:
+        for _level in range(max(level - 1, 0)):
+            base = os.path.dirname(base)
+        candidate = os.path.join(base, *parts)
+        for path in (candidate + ".py", os.path.join(candidate, "__init__.py")):
+            # Never above the root (a server must not read outside its root through imports).
+            if os.path.realpath(path).startswith(allowed) and os.path.isfile(path) and os.path.getsize(path) <= MAX_MODULE_BYTES:
+                return path
     return None
 
 

@@ -52,7 +52,7 @@ def plan_fix(analysis: Analysis, codes: Optional[Set[str]] = None) -> Plan:
     chosen = _chosen(analysis, codes)
     edits = [edit for finding in chosen for edit in finding.edits]
     modules = analysis.context.module_at if analysis.context is not None else {}
-    setup = _setup_for(analysis, [edit for edit in edits if edit.cell not in modules], codes)
+    setup = _setup_for(analysis, edits, codes)
     setup_edits = list(setup[3]) if setup is not None else []
     setup_edits.extend(_module_setups(analysis, [edit for edit in edits if edit.cell in modules]))
     if analysis.context is None:
@@ -61,7 +61,7 @@ def plan_fix(analysis: Analysis, codes: Optional[Set[str]] = None) -> Plan:
     refused_ids = {id(finding) for finding, _reason in refused}
     kept = [edit for finding in chosen if id(finding) not in refused_ids for edit in finding.edits]
     if refused:  # the setup is planned again for the edits that stay (it may need less)
-        setup = _setup_for(analysis, [edit for edit in kept if edit.cell not in modules], codes)
+        setup = _setup_for(analysis, kept, codes)
         setup_edits = list(setup[3]) if setup is not None else []
         setup_edits.extend(_module_setups(analysis, [edit for edit in kept if edit.cell in modules]))
     # The setup before the fixes: code a fix inserts at the same place may use what it imports.
@@ -87,7 +87,9 @@ def _chosen(analysis: Analysis, codes: Optional[Set[str]]) -> List[Finding]:
 
 
 def _setup_for(analysis: Analysis, edits: Sequence[Edit], codes: Optional[Set[str]]):
-    """The setup plan (cell, facts, anchor statement, edits) that ``edits`` and the existing code need."""
+    """The setup plan (cell, facts, anchor statement, edits) that ``edits`` and the existing code need:
+    the notebook's edits, and the device its modules' edits use (the notebook opens it for them)."""
+    from .findings import NEEDS_NPU_DEVICE
     from .rules.setup import needs_of_existing_code, setup_plan
 
     context = analysis.context
@@ -95,7 +97,7 @@ def _setup_for(analysis: Analysis, edits: Sequence[Edit], codes: Optional[Set[st
         return None
     needs = set()
     for edit in edits:
-        needs |= edit.needs
+        needs |= edit.needs if edit.cell not in context.module_at else edit.needs & {NEEDS_NPU_DEVICE}
     if codes is None or "missing-setup" in codes:
         needs |= needs_of_existing_code(context)
     return setup_plan(context, needs)

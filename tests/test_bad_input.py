@@ -35,10 +35,14 @@ def test_unusable_notebook_is_one_line_and_exit_2(tmp_path, capsys, content, exp
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
-def test_missing_file_and_directory(tmp_path, capsys):
+def test_missing_file_and_a_directory_without_notebooks_or_scripts(tmp_path, capsys):
     assert run(["check", str(tmp_path / "nope.ipynb")], capsys)[0] == 2
-    code, _, err = run(["check", str(tmp_path)], capsys)
-    assert code == 2 and "is a directory" in err
+    (tmp_path / "data.csv").write_text("x,y\n")
+    (tmp_path / ".ipynb_checkpoints").mkdir()
+    (tmp_path / ".ipynb_checkpoints" / "old-checkpoint.ipynb").write_text("{")
+    code, out, err = run(["check", str(tmp_path)], capsys)
+    assert code == 2 and out == "" and f"{tmp_path}: no notebooks or scripts in this directory" in err, err
+    assert len(err.strip().splitlines()) == 1
 
 
 def test_one_bad_path_among_good_ones_still_reports_the_good(tmp_path, capsys, write_notebook):

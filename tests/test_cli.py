@@ -138,12 +138,18 @@ def test_fix_without_a_target_prints_the_diff_and_writes_nothing(tmp_path, capsy
     assert code == 0  # what is left after the fix: nothing
 
 
-def test_scripts_are_one_cell(tmp_path, capsys):
+def test_scripts_are_one_cell_and_findings_name_their_lines(tmp_path, capsys):
     script = tmp_path / "train.py"
     script.write_text("import tensorflow as tf\nds = tf.data.Dataset.range(8).batch(4)\n"
                       "model.compile(optimizer='sgd', loss='mse')\nmodel.fit(ds)\n")
     code, out, _ = run(["check", str(script)], capsys)
-    assert code == 1 and f"{script}:cell 0:2:" in out
+    assert code == 1 and f"{script}:2:" in out and ":cell " not in out
+    marked = tmp_path / "marked.py"  # the percent format's cells are the analyzer's: lines are the file's
+    marked.write_text("# %%\nimport tensorflow as tf\n\n# %%\nds = tf.data.Dataset.range(8).batch(4)\n"
+                      "model.compile(optimizer='sgd', loss='mse')\nmodel.fit(ds)\n")
+    code, out, _ = run(["check", str(marked), "--format", "json"], capsys)
+    [shard] = [f for f in json.loads(out)["findings"] if f["code"] == "missing-shard"]
+    assert (shard["path"], shard["line"], shard["cell"]) == (str(marked), 5, None)
     out_path = tmp_path / "train_fixed.py"
     run(["fix", str(script), "-o", str(out_path)], capsys)
     assert "shard_and_rebatch_dataset(ds, 4)" in out_path.read_text()
@@ -292,7 +298,7 @@ def test_the_help_is_in_the_chosen_language(monkeypatch, capsys):
         main(["--lang", "zh_CN", "check", "--help"])
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
-    assert "显示本帮助信息并退出" in out and ".ipynb Notebook 或 .py 脚本" in out and "--lang {en,zh_CN}" in out
+    assert "显示本帮助信息并退出" in out and ".ipynb Notebook、.py 脚本或目录" in out and "--lang {en,zh_CN}" in out
     with pytest.raises(SystemExit):
         main(["check", "--help"])
     assert "show this help message and exit" in capsys.readouterr().out

@@ -1309,8 +1309,13 @@ def _as_passed_at_the_top_level(context, cell, facts, site: CallSite, variables:
     if root.id not in names:
         return None
     position = names.index(root.id)
-    for c_cell, c_facts, call in context.facts.calls(site.function):
-        if call.dotted != site.function or call.function is not None:
+    for c_cell, c_facts, call in _uses_of_function(context, site.function, cell):
+        if (call.dotted or "").rsplit(".", 1)[-1] != site.function:
+            continue  # passed on (strategy.run(step, ...)): its arguments are not the step's
+        if call.function is not None:
+            found = _as_passed_in_its_function(context, c_cell, c_facts, call, position, root.id, chain)
+            if found is not None:
+                return found
             continue
         given = call.argument(position, root.id)
         if not isinstance(given, ast.Name):
@@ -1319,6 +1324,39 @@ def _as_passed_at_the_top_level(context, cell, facts, site: CallSite, variables:
         if bound and not all(makes_a_tensor(context, a.value) for a in bound):
             code = ".".join([given.id, *reversed(chain)])
             return c_cell, c_facts, top_level_statement(c_facts, call.stmt), code
+    return None
+
+
+def _as_passed_in_its_function(context, cell, facts: CellFacts, call: CallSite, position: int, parameter: str,
+                               chain: List[str]):
+    """(cell, facts, statement, code) for a helper called inside another function with what that
+    function made (``main()`` builds ``model``, then loops over ``grad_utils.apply_gradients(optimizer,
+    tape, loss, model.trainable_variables)``, the vendor's guide's shape): broadcast before the
+    outermost loop around the call in that function, once the model is made; else None."""
+    given = call.argument(position, parameter)
+    given_root = chain_root_name(given) if given is not None else None
+    caller = facts.functions.get(call.function)
+    if given_root is None or caller is None:
+        return None
+    made = [a for a in facts.assignments.get(given_root, ()) if a.function == call.function
+            and a.stmt.lineno < call.stmt.lineno]
+    if not made or any(makes_a_tensor(context, a.value) for a in made):
+        return None
+    before = _outermost_loop_around(caller, call.stmt) or call.stmt
+    if before.lineno <= made[-1].stmt.lineno:
+        return None  # made inside the loop: a model per iteration, not one to broadcast once
+    code = ".".join([facts.segment(given), *reversed(chain)])
+    return cell, facts, before, code
+
+
+def _outermost_loop_around(function: ast.AST, stmt: ast.stmt) -> Optional[ast.stmt]:
+    for node in function.body:
+        if isinstance(node, (ast.For, ast.While, ast.AsyncFor)) and node.lineno <= stmt.lineno <= node.end_lineno:
+            return node
+        if node.lineno <= stmt.lineno <= (node.end_lineno or node.lineno):
+            inner = [child for child in ast.walk(node) if isinstance(child, (ast.For, ast.While, ast.AsyncFor))
+                     and child.lineno <= stmt.lineno <= child.end_lineno]
+            return inner[0] if inner else None
     return None
 
 
@@ -1546,14 +1584,20 @@ def _uses_of_function(context, name: str, defined_in: Optional[int] = None):
     """Calls of ``name``, and calls that pass ``name`` on (``strategy.run(name, args=...)``).
     ``defined_in``: the cell defining the function meant; a later cell defining the same name again
     (TensorFlow-Examples' second ``run_optimization``) takes the calls from there on."""
+    module = context.module_at.get(defined_in)
+    if module is not None:
+        defined_in = None  # imported: every cell and module may call it, in any order
     redefined = min((c for c, f in context.facts.cells_mentioning(name)
                      if defined_in is not None and c > defined_in and name in f.functions), default=None)
+    qualified = f"{module.name}.{name}" if module is not None else None
     for cell, facts in context.facts.cells_mentioning(name):
         if defined_in is not None and (cell < defined_in or (redefined is not None and cell >= redefined)):
             continue
         for site in facts.calls:
             if site.dotted == name or any(isinstance(arg, ast.Name) and arg.id == name for arg in site.node.args):
                 yield cell, facts, site
+            elif qualified is not None and site.dotted and context.facts.resolve(site.dotted) == qualified:
+                yield cell, facts, site  # grad_utils.apply_gradients(...), the module imported by name
 
 
 def _horovod_broadcast(context) -> bool:
