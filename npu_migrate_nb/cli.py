@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
-from typing import Iterator, List, Optional
+from typing import Iterator, List, Optional, Tuple
 
 from . import __version__, i18n
 from .docs_url import ENVIRONMENT_VARIABLE, package_docs_url
@@ -91,10 +91,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_analysis_options(fix)
 
     run = commands.add_parser("run", parents=[language],
-                              help=_("execute the cells on N simulated ranks and check the steps"))
+                              help=_("execute the cells on N simulated ranks and check the steps"),
+                              epilog=_("arguments after -- go to the script, in sys.argv: run train.py -n 2 -- "
+                                       "--epochs 1"))
     run.add_argument("path", metavar="PATH")
     run.add_argument("-n", "--ranks", type=positive_int, default=2, metavar="N",
                      help=_("number of ranks (default 2)"))
+    _add_root_option(run)
     run.add_argument("--timeout", type=float, default=300.0, metavar="S", help=_("per-cell timeout in seconds"))
     run.add_argument("--format", choices=("text", "json"), default="text")
     run.add_argument("--tf1", action="store_true", help=_("run in TensorFlow 1 compatibility mode"))
@@ -229,8 +232,22 @@ def main(argv: Optional[List[str]] = None) -> int:
     except ValueError as error:
         print(f"npu-migrate-nb: {error}", file=sys.stderr)
         return EXIT_INPUT
+    argv, arguments = script_arguments(argv)
     with speaking(chosen):
-        return _main(build_parser().parse_args(argv))
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if arguments and args.command != "run":
+            parser.error(_("only run passes arguments after -- (to the script)"))
+        args.arguments = arguments
+        return _main(args)
+
+
+def script_arguments(argv: List[str]) -> Tuple[List[str], List[str]]:
+    """``argv`` split at its first ``--``: what we parse, and what ``run`` gives the script."""
+    if "--" not in argv:
+        return argv, []
+    at = argv.index("--")
+    return argv[:at], argv[at + 1:]
 
 
 def _main(args: argparse.Namespace) -> int:

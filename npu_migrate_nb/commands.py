@@ -149,7 +149,7 @@ def fix_project_command(args) -> int:
         _complain(error)
         return EXIT_INPUT
     with tempfile.TemporaryDirectory(prefix="npu-migrate-nb-") as work:
-        copy = ProjectCopy(project.root, work)
+        copy = ProjectCopy(project.root, work, args.path)
         changed, diffs, fixes = {}, [], 0
         for entry in project.entries:
             outcome = _fix_entry_in(copy, entry, options_from(args))
@@ -171,9 +171,13 @@ def fix_project_command(args) -> int:
 class ProjectCopy:
     """The project's notebooks and scripts copied under ``work``, and the way between their paths."""
 
-    def __init__(self, root: str, work: str):
+    def __init__(self, root: str, work: str, directory: str):
+        """The directory's notebooks and scripts, and the root's other scripts (modules it may import)."""
         self.root, self.work = root, work
-        for path in project_files(root):
+        inside = os.path.abspath(directory) + os.sep
+        for path in project_files(root) if root != os.path.abspath(directory) else project_files(directory):
+            if path.endswith(".ipynb") and not os.path.abspath(path).startswith(inside):
+                continue
             copied = self.copied(path)
             os.makedirs(os.path.dirname(copied), exist_ok=True)
             shutil.copy2(path, copied)
@@ -261,13 +265,21 @@ def _refuse_output(output: Optional[str]) -> None:
 
 
 def _write_project(args, root: str, changed) -> str:
-    """Write the changed files as asked; what was written, said for the summary line."""
+    """Write the changed files as asked; what was written, said for the summary line. ``-o OUT`` is
+    a copy of the directory given (a module of the root outside it is named, not written)."""
     if args.output:
+        directory = os.path.abspath(args.path)
         staging = tempfile.mkdtemp(prefix=".npu-migrate-nb-", dir=os.path.dirname(os.path.abspath(args.output)))
         tree = os.path.join(staging, "tree")
-        shutil.copytree(root, tree, ignore=shutil.ignore_patterns(*SKIPPED_FOLDERS))
+        shutil.copytree(directory, tree, ignore=shutil.ignore_patterns(*SKIPPED_FOLDERS))
         for path, (_old, new) in changed.items():
-            atomic_write(os.path.join(tree, os.path.relpath(path, root)), new)
+            relative = os.path.relpath(path, directory)
+            if relative.startswith(".."):
+                print("npu-migrate-nb: " + _("{path}: has fixes too, outside {directory}: not in the copy; use "
+                                             "--in-place, or give the project's root").format(
+                    path=_as_given(path), directory=args.path), file=sys.stderr)
+                continue
+            atomic_write(os.path.join(tree, relative), new)
         os.replace(tree, args.output)  # the copy appears whole, or not at all
         os.rmdir(staging)
         return _(", wrote {path}").format(path=args.output)

@@ -66,7 +66,7 @@ def project_files(directory: str) -> List[str]:
         folders[:] = sorted(name for name in folders if name not in SKIPPED_FOLDERS and not name.startswith("."))
         for name in sorted(files):
             if name.endswith((".ipynb", ".py")) and not name.startswith("."):
-                found.append(os.path.join(folder, name))
+                found.append(os.path.normpath(os.path.join(folder, name)))
                 if len(found) > MAX_PROJECT_FILES:
                     raise InputError(directory, _("more than {count} notebooks and scripts").format(
                         count=MAX_PROJECT_FILES))

@@ -824,13 +824,14 @@ class MissingBroadcast(Rule):
                         after_first_steps.setdefault((later[0], id(later[2])), []).append((later, made[3]))
                         continue
                 if passed is not None:
-                    p_cell, p_facts, p_stmt, p_code = passed
+                    p_cell, p_facts, p_stmt, p_code = passed[:4]
                     p_code = f"{context.npu}.distribute.broadcast({p_code})"
+                    insert = insert_after if passed[4:] == ("after",) else insert_before
                     yield self.finding(
                         p_cell, p_facts, p_stmt,
                         _("variables are not broadcast from rank 0: ranks start from different weights; add {code} "
                           "before {function} trains them").format(code=p_code, function=site.function),
-                        [insert_before(p_cell, p_facts, p_stmt, p_code, [NEEDS_NPU_DEVICE])],
+                        [insert(p_cell, p_facts, p_stmt, p_code, [NEEDS_NPU_DEVICE])],
                     )
                     continue
                 yield self.finding(  # a parameter or a local of the step function: no name to broadcast outside it
@@ -1338,6 +1339,8 @@ def _as_passed_in_its_function(context, cell, facts: CellFacts, call: CallSite, 
     caller = facts.functions.get(call.function)
     if given_root is None or caller is None:
         return None
+    if given_root == "self":
+        return _as_an_attribute_of_its_instance(context, facts, call, given, chain)
     made = [a for a in facts.assignments.get(given_root, ()) if a.function == call.function
             and a.stmt.lineno < call.stmt.lineno]
     if not made or any(makes_a_tensor(context, a.value) for a in made):
@@ -1347,6 +1350,40 @@ def _as_passed_in_its_function(context, cell, facts: CellFacts, call: CallSite, 
         return None  # made inside the loop: a model per iteration, not one to broadcast once
     code = ".".join([facts.segment(given), *reversed(chain)])
     return cell, facts, before, code
+
+
+def _as_an_attribute_of_its_instance(context, facts: CellFacts, call: CallSite, given: ast.expr, chain: List[str]):
+    """(cell, facts, statement, code, "after") for a helper given ``self.model.trainable_variables``
+    in a method of a class whose ``__init__`` builds ``self.model``, made once in the project
+    (``runnable = resnet_runnable.ResnetRunnable(...)``, the vendor's guide): broadcast
+    ``runnable.model.trainable_variables`` right after it is made; else None."""
+    model = _model_name(given) if not chain else dotted_name(given)
+    if model is None or not model.startswith("self.") or model.count(".") != 1:
+        return None
+    attribute = model.split(".", 1)[1]
+    owner = next((c for c in facts.classes.values()
+                  if any(isinstance(m, ast.FunctionDef) and m.name == call.function for m in c.body)), None)
+    init = next((m for m in owner.body if isinstance(m, ast.FunctionDef) and m.name == "__init__"), None) \
+        if owner is not None else None
+    if init is None or not _builds_attribute(context, owner, init, attribute):
+        return None
+    instances = list(_instances_of(context, owner.name))
+    if len(instances) != 1:
+        return None
+    made_cell, made_facts, made = instances[0]
+    tail = ".".join(reversed(chain)) if chain else "trainable_variables"
+    return made_cell, made_facts, made.stmt, f"{made.target}.{attribute}.{tail}", "after"
+
+
+def _instances_of(context, class_name: str):
+    """``name = ClassName(...)`` or ``name = module.ClassName(...)``, anywhere in the notebook and its modules."""
+    for cell, facts in context.facts.cells_mentioning(class_name):
+        for assignments in facts.assignments.values():
+            for assignment in assignments:
+                value = assignment.value
+                if (not assignment.tuple_target and "." not in assignment.target and isinstance(value, ast.Call)
+                        and (dotted_name(value.func) or "").rsplit(".", 1)[-1] == class_name):
+                    yield cell, facts, assignment
 
 
 def _outermost_loop_around(function: ast.AST, stmt: ast.stmt) -> Optional[ast.stmt]:
@@ -1590,6 +1627,7 @@ def _uses_of_function(context, name: str, defined_in: Optional[int] = None):
     redefined = min((c for c, f in context.facts.cells_mentioning(name)
                      if defined_in is not None and c > defined_in and name in f.functions), default=None)
     qualified = f"{module.name}.{name}" if module is not None else None
+    owner = _class_with_method(context, name)
     for cell, facts in context.facts.cells_mentioning(name):
         if defined_in is not None and (cell < defined_in or (redefined is not None and cell >= redefined)):
             continue
@@ -1598,6 +1636,23 @@ def _uses_of_function(context, name: str, defined_in: Optional[int] = None):
                 yield cell, facts, site
             elif qualified is not None and site.dotted and context.facts.resolve(site.dotted) == qualified:
                 yield cell, facts, site  # grad_utils.apply_gradients(...), the module imported by name
+            elif owner is not None and isinstance(site.node.func, ast.Attribute) and site.node.func.attr == name \
+                    and _an_instance_of(context, site.node.func.value, owner):
+                yield cell, facts, site  # self.train_step(...), runnable.train(): a method of the project's class
+
+
+def _class_with_method(context, name: str) -> Optional[str]:
+    """The class of the notebook or its modules that defines method ``name`` (one only), or None."""
+    owners = {c.name for _cell, facts in context.facts.cells_mentioning(name) for c in facts.classes.values()
+              if any(isinstance(m, ast.FunctionDef) and m.name == name for m in c.body)}
+    return owners.pop() if len(owners) == 1 else None
+
+
+def _an_instance_of(context, node: ast.expr, class_name: str) -> bool:
+    """``self``, or a name made by ``ClassName(...)`` (``module.ClassName(...)``) somewhere."""
+    if not isinstance(node, ast.Name):
+        return False
+    return node.id == "self" or any(assignment.target == node.id for _c, _f, assignment in _instances_of(context, class_name))
 
 
 def _horovod_broadcast(context) -> bool:

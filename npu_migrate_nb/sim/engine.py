@@ -68,6 +68,16 @@ def prepare_rank(rank: int, size: int, settings: dict) -> None:
         start_progress_watcher(progress_path(state_dir, rank))
 
 
+def enter_program(paths: list, argv: list) -> None:
+    """A script or notebook of a project, as ``PYTHONPATH=ROOT python SCRIPT ARGS`` runs it: its
+    folder and the project's root first on the path, its arguments in ``sys.argv``."""
+    for path in reversed(paths):
+        if path in sys.path:
+            sys.path.remove(path)
+        sys.path.insert(0, path)
+    sys.argv[:] = list(argv)
+
+
 def reseed_rank(base_seed: int) -> int:
     """Seed Python, numpy and TensorFlow as at rank start (base seed + RANK_ID); returns the seed.
 

@@ -686,6 +686,23 @@ def proof_steps_of(args) -> Optional[int]:
     return DEFAULT_PROOF_STEPS if steps is None else steps
 
 
+def program_setup(path: str, root: Optional[str], arguments: List[str]):
+    """The cluster's setup for ``path`` in its project: its folder and root on the ranks' path, its
+    arguments in ``sys.argv`` (the one-card reruns started from the cluster get it too)."""
+    from ..project import find_root
+    from . import engine
+
+    folder = os.path.dirname(os.path.abspath(path))
+    root = os.path.abspath(root) if root else find_root(path)
+    paths = [folder] if root == folder else [folder, root]
+    argv = [os.path.abspath(path), *arguments]
+
+    def setup(cluster) -> None:
+        cluster.apply(engine.enter_program, paths, argv)
+
+    return setup
+
+
 def run_command(args) -> int:
     try:
         notebook = load(args.path)
@@ -702,7 +719,8 @@ def run_command(args) -> int:
     started = time.monotonic()
     json_output = args.format == "json"
     tf1 = bool(args.tf1) or detect_tf1(notebook)
-    cluster = Cluster(n=args.ranks, profile=getattr(args, "profile", None), tf1=tf1)
+    cluster = Cluster(n=args.ranks, profile=getattr(args, "profile", None), tf1=tf1,
+                      setup=program_setup(args.path, getattr(args, "root", None), getattr(args, "arguments", [])))
     try:
         try:
             cluster.start()
