@@ -40,6 +40,8 @@ def test_the_pages_show_commands_to_compare():
 @pytest.mark.parametrize("page,command,output", SHOWN, ids=[f"{p}: {c}" for p, c, _ in SHOWN])
 def test_a_command_on_a_page_prints_what_the_page_shows(page, command, output, tmp_path):
     shutil.copytree(ROOT / "examples", tmp_path / "examples")
+    for project in (ROOT / "tests" / "sim" / "data" / "projects").iterdir():  # the projects guide's
+        shutil.copytree(project, tmp_path / project.name)
     result = subprocess.run(
         [sys.executable, "-m", "npu_migrate_nb", *shlex.split(command)[1:]], cwd=tmp_path,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
