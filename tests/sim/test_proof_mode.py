@@ -94,6 +94,20 @@ def test_a_loop_until_training_converges_ends_its_repeats_run_as_written(tf2_clu
     assert as_written == [(3, "keras fit", 20, 20, True)], shortened(result)
 
 
+def test_a_for_loop_over_folds_keeps_every_fit_cut(tf2_cluster, tmp_path):
+    """A cross-validation (``for train, test in folds:``) ends by itself: its fifth fit at one line is
+    cut as the first was (as written, each trained its 40 epochs)."""
+    folds = ("import os\nrank_size, rank_id = int(os.environ['RANK_SIZE']), int(os.environ['RANK_ID'])\n"
+             "steps_per_fold = []\n"
+             "for fold in range(5):\n"
+             "    before = int(model.optimizer.iterations)\n"
+             "    model.fit(x[rank_id::rank_size], y[rank_id::rank_size], batch_size=256, epochs=40, verbose=0)\n"
+             "    steps_per_fold.append(int(model.optimizer.iterations) - before)")
+    result = run(tf2_cluster, tmp_path, [TF2_SETUP, ARRAYS, KERAS_MODEL, folds])
+    assert on_every_rank(tf2_cluster, "steps_per_fold") == [[BUDGET] * 5] * 2
+    assert not [record for record in shortened(result) if record[4]], shortened(result)
+
+
 def test_keras_fit_on_an_endless_dataset_and_evaluate_stop_but_predict_does_not(tf2_cluster, tmp_path):
     cells = [TF2_SETUP, ARRAYS, KERAS_MODEL,
              "ds = tf.data.Dataset.from_tensor_slices((x, y)).shard(2, int(__import__('os').environ['RANK_ID']))"
