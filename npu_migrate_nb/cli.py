@@ -123,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
         "export", parents=[language],
         help=_("write the notebook as a multi-card job: train.py, run_distributed.sh, README.md"),
     )
-    export.add_argument("path", metavar="NOTEBOOK")
+    export.add_argument("path", metavar="NOTEBOOK")  # or a project's entry script, with its arguments after --
     export.add_argument("-o", "--output", metavar="DIR", required=True, help=_("the folder to write the job to"))
     export.add_argument("--devices-per-server", type=positive_int, default=8, metavar="N",
                         help=_("Ascend devices (one process each) per server (default 8)"))
@@ -131,6 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help=_("servers in the job (default 1)"))
     export.add_argument("--force", action="store_true",
                         help=_("export even when a step is missing or a pitfall is found"))
+    _add_root_option(export)
     return parser
 
 
@@ -236,8 +237,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     with speaking(chosen):
         parser = build_parser()
         args = parser.parse_args(argv)
-        if arguments and args.command != "run":
-            parser.error(_("only run passes arguments after -- (to the script)"))
+        if arguments and args.command not in ("run", "export"):
+            parser.error(_("only run and export pass arguments after -- (to the script)"))
         args.arguments = arguments
         return _main(args)
 

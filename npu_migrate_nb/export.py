@@ -25,6 +25,7 @@ from .report import finding_lines, summary_lines
 EXIT_OK, EXIT_REFUSED, EXIT_INPUT = 0, 1, 2
 TEMPLATES = os.path.join(os.path.dirname(__file__), "export_templates")
 SCRIPT_NAME, LAUNCHER_NAME, README_NAME = "train.py", "run_distributed.sh", "README.md"
+PROJECT_README_NAME = "README.project.md"
 MARK = "npu-migrate-nb export"  # starts every comment the export writes in place of a line
 
 # Line magics that only change what the notebook shows or how IPython behaves: nothing to run.
@@ -93,13 +94,25 @@ def export_command(args) -> int:
         print("npu-migrate-nb: " + _("{path}: not a Python notebook ({language})").format(
             path=args.path, language=notebook.language), file=sys.stderr)
         return EXIT_INPUT
-    analysis = analyze(notebook, Options(ranks=args.devices_per_server * args.servers))
+    from .commands import entry_options
+
+    root = getattr(args, "root", None)
+    options = entry_options(Options(ranks=args.devices_per_server * args.servers), args.path, root)
+    analysis = analyze(notebook, options)
     if not args.force and not ready_to_launch(analysis):
         print("npu-migrate-nb: " + _("{path}: not exported: what is launched must be what was proven "
                                      "(run `npu-migrate-nb fix`, or --force):").format(path=args.path),
               file=sys.stderr)
         print("\n".join(finding_lines(analysis) + summary_lines(analysis)), file=sys.stderr)
         return EXIT_REFUSED
+    arguments = getattr(args, "arguments", [])
+    if notebook.kind == "script" and (analysis.context.modules.found or root or arguments):
+        program = Program.of_project(args.output, args.path, options.root, arguments)
+        written = write_project_job(args.output, notebook, program, args.devices_per_server, args.servers)
+        print("npu-migrate-nb: " + _("{path}: exported for {servers} server(s) of {devices} device(s): {files}").format(
+            path=args.path, servers=args.servers, devices=args.devices_per_server, files=", ".join(written)),
+            file=sys.stderr)
+        return EXIT_OK
     script = script_from(notebook)
     for note in script.notes:
         print(note.text(args.path))
@@ -133,6 +146,31 @@ def write_job(directory: str, notebook: Notebook, script: Script, devices_per_se
     return written
 
 
+def write_project_job(directory: str, entry: Notebook, program: "Program", devices_per_server: int,
+                      servers: int) -> List[str]:
+    """A project's job: the launcher and its README; the entry script runs in place, in its project."""
+    os.makedirs(directory, exist_ok=True)
+    source = os.path.basename(entry.path)
+    files = {LAUNCHER_NAME: _template(LAUNCHER_NAME, source, devices_per_server, servers, program),
+             README_NAME: _template(_translated(PROJECT_README_NAME), source, devices_per_server, servers, program)}
+    written = []
+    for name, text in files.items():
+        path = os.path.join(directory, name)
+        atomic_write(path, text)
+        os.chmod(path, 0o755 if name == LAUNCHER_NAME else 0o644)
+        written.append(path)
+    return written
+
+
+def _translated(name: str) -> str:
+    """A template's name in the current language when there is one (``README.zh_CN.md``)."""
+    stem, extension = os.path.splitext(name)
+    translated = f"{stem}.{i18n.current()}{extension}"
+    if i18n.current() != i18n.SOURCE_LANGUAGE and os.path.exists(os.path.join(TEMPLATES, translated)):
+        return translated
+    return name
+
+
 def launcher_text(source: str, devices_per_server: int, servers: int) -> str:
     return _template(LAUNCHER_NAME, source, devices_per_server, servers)
 
@@ -146,7 +184,35 @@ def readme_text(source: str, devices_per_server: int, servers: int) -> str:
     return _template(README_NAME, source, devices_per_server, servers)
 
 
-def _template(name: str, source: str, devices_per_server: int, servers: int) -> str:
+@dataclass(frozen=True)
+class Program:
+    """What the job's ranks run: the notebook's ``train.py`` in the job's folder (the default), or a
+    project's entry script in place, with its arguments and the project's root on ``PYTHONPATH``."""
+
+    folder: str = '"$HERE"'  # shell words, relative to the job's folder where they can be
+    path: str = '"$HERE/train.py"'
+    arguments: str = ""
+    root: str = '""'
+    name: str = SCRIPT_NAME
+
+    @classmethod
+    def of_project(cls, job: str, entry: str, root: str, arguments: List[str]) -> "Program":
+        import shlex
+
+        return cls(_from_job(job, os.path.dirname(os.path.abspath(entry))), _from_job(job, entry),
+                   " ".join(shlex.quote(argument) for argument in arguments), _from_job(job, root),
+                   os.path.basename(entry))
+
+
+def _from_job(job: str, path: str) -> str:
+    """``path`` as a shell word the launcher reads, from its own folder: the job and the project copied
+    together keep working."""
+    import shlex
+
+    return '"$HERE"/' + shlex.quote(os.path.relpath(os.path.abspath(path), os.path.abspath(job)))
+
+
+def _template(name: str, source: str, devices_per_server: int, servers: int, program: Program = Program()) -> str:
     with open(os.path.join(TEMPLATES, name), encoding="utf-8") as stream:
         text = stream.read()
     values = {
@@ -155,6 +221,11 @@ def _template(name: str, source: str, devices_per_server: int, servers: int) -> 
         "@SERVERS@": str(servers),
         "@RANK_SIZE@": str(devices_per_server * servers),
         "@LAST_SERVER@": str(servers - 1),
+        "@PROGRAM_DIR@": program.folder,
+        "@PROGRAM@": program.path,
+        "@PROGRAM_ARGUMENTS@": program.arguments,
+        "@PROJECT_ROOT@": program.root,
+        "@PROGRAM_NAME@": program.name,
     }
     for placeholder, value in values.items():
         text = text.replace(placeholder, value)
