@@ -11,6 +11,7 @@ What the magics say follows the kernel's language (:mod:`.i18n`: the kernel's en
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Optional
 
@@ -22,6 +23,7 @@ from . import i18n
 from .analysis import BROADCAST_STYLES, REDUCTIONS, Analysis, Options, analyze
 from .i18n import N_, _
 from .kernel_cells import ExecutedCells, ran_in_kernel
+from .project import find_root
 from .report import cell_diffs, cell_report_html, cell_report_text
 from .sim import DEFAULT_PROOF_STEPS
 
@@ -94,7 +96,7 @@ class NpuMagics(Magics):
         full_source = f"{MAGIC_LINE} {line}".rstrip() + "\n" + cell
         notebook, index, labels = self.cells.notebook(full_source)
         options = Options(ranks=args.ranks, broadcast_style=args.broadcast_style, reduction=args.reduction,
-                          current_cell=index)
+                          current_cell=index, root=find_root(os.getcwd()))
         analysis = analyze(notebook, options)
         label = labels[index]
 

@@ -138,13 +138,15 @@ class _Base(APIHandler):
             raise _bad_request(str(error)) from None
 
     def analysis_options(self, body: Dict[str, Any], path: Optional[str] = None) -> Options:
-        """The analysis options posted; the notebook's own modules are read from its folder."""
+        """The analysis options posted; the notebook's own modules are read from its folder, then from
+        its project's root when that is inside the server's root (never above it)."""
         options = self._given_options(body)
         options.base = self._directory_of(path)
         options.paths_from = self._root()  # as the contents API names files
+        options.root = project_root_within(options.base, self._root())
         return options
 
-    def _root(self) -> Optional[str]:
+    def _root(self) -> Optional[str]:  # the server's
         root = getattr(self.settings.get("serverapp"), "root_dir", None) or self.settings.get("server_root_dir")
         return os.path.realpath(os.path.expanduser(root)) if root else None
 
@@ -397,3 +399,13 @@ def _missing_simulator() -> Optional[str]:
         _missing_cache["missing"] = next(
             (name for name in _SIMULATOR_MODULES if importlib.util.find_spec(name) is None), None)
     return _missing_cache["missing"]
+
+
+def project_root_within(folder: Optional[str], server_root: Optional[str]) -> Optional[str]:
+    """The project root above ``folder`` (project.py), if the server's root contains it; else None."""
+    if folder is None or server_root is None:
+        return None
+    from ..project import find_root
+
+    root = os.path.realpath(find_root(folder))
+    return root if (root + os.sep).startswith(os.path.realpath(server_root) + os.sep) else None

@@ -288,3 +288,24 @@ def test_in_a_terminal_apply_prints_the_adapted_cell_and_the_report_is_plain_tex
     assert "optimizer = npu.distribute.npu_distributed_keras_optimizer_wrapper(optimizer)" in done.stdout
     assert "the notebook so far (framework keras" in done.stdout
     assert "Traceback" not in done.stdout + done.stderr
+
+
+def test_the_cells_modules_are_read_from_the_project_root_above_the_kernels_folder(kernel, tmp_path):
+    """A notebook in ``notebooks/`` of a project importing ``official.model`` from the project's root
+    (its pyproject.toml): the report names the module's line, as ``check`` on the project does."""
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'p'\n")
+    (tmp_path / "official").mkdir()
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "official" / "__init__.py").write_text("")
+    (tmp_path / "official" / "model.py").write_text(
+        "import tensorflow.compat.v1 as tf\n"
+        "def model_fn(features, labels, mode):\n"
+        "    optimizer = tf.train.AdamOptimizer(1e-3)\n"
+        "    train_op = optimizer.minimize(tf.reduce_mean(features))\n"
+        "    return tf.estimator.EstimatorSpec(mode=mode, loss=tf.reduce_mean(features), train_op=train_op)\n")
+    ok(kernel, f"import os\nos.chdir({str(tmp_path / 'notebooks')!r})\n%load_ext npu_migrate_nb")
+    execution = ok(kernel, "%%npu_distribute --check\nimport tensorflow.compat.v1 as tf\n"
+                           "from official.model import model_fn\nest = tf.estimator.Estimator(model_fn=model_fn)\n"
+                           "est.train(lambda: None, max_steps=1)")
+    report = report_of(execution)
+    assert "official/model.py" in report and "gradients are not aggregated" in report, report

@@ -354,3 +354,32 @@ async def test_analyze_reads_the_notebooks_own_modules_from_its_folder_and_names
     elsewhere = reply(await post("analyze", {"notebook": document, "path": "train.ipynb"}))  # no model.py there
     assert elsewhere["steps"]["allreduce"] == "unknown"
     assert "there is no model.py next to the notebook" in elsewhere["reasons"]["allreduce"]
+
+
+async def test_analyze_follows_a_notebooks_package_imports_from_its_project_root_inside_the_server_root(
+    post, jp_root_dir
+):
+    """``from official.model import model_fn`` in ``official/notebooks/train.ipynb``: the project's root
+    (its pyproject.toml) is inside the server's root, so the module is read from there."""
+    (jp_root_dir / "pyproject.toml").write_text("[project]\nname = 'p'\n")
+    package = jp_root_dir / "official"
+    (package / "notebooks").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "model.py").write_text(
+        "import tensorflow.compat.v1 as tf\n"
+        "def model_fn(features, labels, mode):\n"
+        "    optimizer = tf.train.AdamOptimizer(1e-3)\n"
+        "    train_op = optimizer.minimize(tf.reduce_mean(features))\n"
+        "    return tf.estimator.EstimatorSpec(mode=mode, loss=tf.reduce_mean(features), train_op=train_op)\n"
+    )
+    source = ("import tensorflow.compat.v1 as tf\nfrom official.model import model_fn\n"
+              "est = tf.estimator.Estimator(model_fn=model_fn)\n")
+    document = {"cells": [{"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": source}],
+                "metadata": {"kernelspec": {"name": "python3", "language": "python", "display_name": "Python 3"}},
+                "nbformat": 4, "nbformat_minor": 5}
+    got = reply(await post("analyze", {"notebook": document, "path": "official/notebooks/train.ipynb"}))
+    [finding] = [f for f in got["findings"] if f["code"] == "missing-allreduce"]
+    assert (finding["path"], finding["line"]) == ("official/model.py", 3)
+    (jp_root_dir / "pyproject.toml").unlink()  # no marker: the root is above the top package, still inside
+    got = reply(await post("analyze", {"notebook": document, "path": "official/notebooks/train.ipynb"}))
+    assert got["steps"]["allreduce"] == "unknown"  # official/notebooks has no __init__.py: no package above it
