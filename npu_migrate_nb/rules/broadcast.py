@@ -834,6 +834,10 @@ class MissingBroadcast(Rule):
                         [insert(p_cell, p_facts, p_stmt, p_code, [NEEDS_NPU_DEVICE])],
                     )
                     continue
+                instance = _as_an_attribute_of_the_trainer(context, cell, facts, site, variables)
+                if instance is not None:  # self.generator of a trainer whose methods are followed to its loop
+                    before_trainer.setdefault((instance[0], id(instance[2])), (instance[:3], []))[1].append(instance[3])
+                    continue
                 yield self.finding(  # a parameter or a local of the step function: no name to broadcast outside it
                     cell, facts, site.node,
                     _("variables are not broadcast from rank 0, and {variables} is local to {function}: "
