@@ -69,11 +69,12 @@ def project_modules(notebook: Notebook, base: Optional[str] = None, shown_from: 
                     root: Optional[str] = None) -> ProjectModules:
     """The local modules ``notebook`` imports (transitively), read from ``base`` (default: the
     notebook's folder; the working directory for a notebook without a file), then from the project's
-    ``root`` (usually a folder above ``base``). Their paths are shown relative to
+    the folder above the top package ``base`` is in, then the project's ``root`` (usually a folder
+    above ``base``). Their paths are shown relative to
     ``shown_from`` (default: the working directory)."""
     folder = base if base is not None else _folder_of(notebook.path)
     root = root or folder
-    searched = (folder, root) if root != folder else (folder,)
+    searched = tuple(dict.fromkeys(path for path in (folder, _above_the_top_package(folder, root), root) if path))
     shown_from = shown_from or os.getcwd()
     found: List[ModuleSource] = []
     unseen: Dict[str, str] = {}
@@ -163,6 +164,19 @@ def _imported_names(imports: Iterable[ImportFact]) -> List[Tuple[str, bool]]:
         else:
             names.setdefault(fact.module, False)
     return list(names.items())
+
+
+def _above_the_top_package(folder: str, root: str) -> Optional[str]:
+    """The folder above the top package ``folder`` is in (what makes the package's absolute imports
+    work, ``models-master`` for ``models-master/official/modeling/train.py``), if it is inside ``root``."""
+    if not os.path.isfile(os.path.join(folder, "__init__.py")):
+        return None
+    top = folder
+    while os.path.isfile(os.path.join(os.path.dirname(top), "__init__.py")) and os.path.dirname(top) != top:
+        top = os.path.dirname(top)
+    above = os.path.dirname(top)
+    inside = os.path.realpath(root) + os.sep
+    return above if (os.path.realpath(above) + os.sep).startswith(inside) else None
 
 
 def _module_file(name: str, importer: str, searched: Tuple[str, ...], root: str) -> Optional[str]:

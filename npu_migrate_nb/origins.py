@@ -40,6 +40,9 @@ def _subjects(context: "Context", step: str) -> Iterator[Tuple[int, CellFacts, a
     if step == "allreduce":
         for cell, facts, site in facts_model.calls("compile"):
             yield from _given(cell, facts, site, (0, "optimizer"))
+        for cell, facts, site in facts_model.calls("EstimatorSpec", "NPUEstimatorSpec"):
+            # a model_fn's train_op made by a module it cannot see (BERT's optimization.create_optimizer)
+            yield from _given(cell, facts, site, (3, "train_op"))
         for cell, facts, site in facts_model.calls("minimize", "apply_gradients"):
             if site.receiver is not None:
                 yield cell, facts, site.receiver
