@@ -42,7 +42,9 @@ STEP_API = {
     "allreduce": re.compile(r"npu_distributed_optimizer_wrapper|NPUDistributedOptimizer|npu_allreduce|"
                             r"distribute\.all_reduce|hccl_ops\.allreduce|is_distributed\s*=\s*True|"
                             r"npu_distributed_keras_optimizer_wrapper"),
-    "shard": re.compile(r"\.shard\(|shard_and_rebatch|RANK_ID|rank_id|get_rank_id\(|input_pipeline_id"),
+    # a shard by the rank (a tf.distribute InputContext's shard does not split the NPU ranks' data: the
+    # vendor's guide adds the adapter's next to it), not the rank id read for a log's name
+    "shard": re.compile(r"shard_and_rebatch|\.shard\([^)\n]*(?:RANK|rank|get_rank|device_num|hvd\.size)"),
 }
 DISTRIBUTED = re.compile("|".join(pattern.pattern for pattern in STEP_API.values()))
 PROJECT_DEPTH = 5  # TensorFlow/built-in/<domain>/<task>/<Model>_for_TensorFlow
@@ -68,6 +70,7 @@ def _text(path: Path) -> str:
 def verdicts(project: Path) -> Dict[str, object]:
     """Both ways, for one project: {"files": {...}, "project": {...}, "crashes": [...]}."""
     from npu_migrate_nb.analysis import Options, analyze
+    from npu_migrate_nb.modules import MAX_PROJECT_MODULES
     from npu_migrate_nb.notebook import InputError, load
     from npu_migrate_nb.project import open_project
 
@@ -101,7 +104,8 @@ def verdicts(project: Path) -> Dict[str, object]:
     except InputError:
         entries = []
     for entry in entries:
-        judge(entry, Options(base=os.path.dirname(entry), root=str(project)), "project")
+        judge(entry, Options(base=os.path.dirname(entry), root=str(project), max_modules=MAX_PROJECT_MODULES),
+              "project")
     return result
 
 

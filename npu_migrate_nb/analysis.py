@@ -15,7 +15,7 @@ from .facts import CallSite, NotebookFacts, dotted_name, receiver_name
 from .findings import STEPS, CellError, Finding, sort_key, unique
 from .i18n import N_, _
 from .notebook import Notebook
-from .modules import ProjectModules, project_modules
+from .modules import MAX_MODULES, ProjectModules, project_modules
 from .ranks import has_rank_shard
 from .tf_mode import TF2, Mode, tensorflow_mode
 
@@ -48,6 +48,7 @@ class Options:
     # The project's root (project.py): modules are also looked up from it, as Python does with the root
     # on its path; None: the notebook's folder alone.
     root: Optional[str] = None
+    max_modules: int = MAX_MODULES  # the command line reads up to modules.MAX_PROJECT_MODULES
 
 
 @dataclass
@@ -135,7 +136,7 @@ def analyze(notebook: Notebook, options: Optional[Options] = None) -> Analysis:
             notebook.path, notebook.language, "none", None, _not_applicable(), python=False,
             reasons={step: reason for step in STEPS}, mode=Mode(TF2, _(NOT_PYTHON_MODE_REASON)),
         )
-    modules = project_modules(notebook, options.base, options.paths_from, options.root)
+    modules = project_modules(notebook, options.base, options.paths_from, options.root, options.max_modules)
     facts = NotebookFacts(notebook, [(module.index, module.source) for module in modules.found])
     context = Context(facts, options, modules)
     for rule in ALL_RULES:

@@ -12,6 +12,7 @@ from typing import List, Optional, Tuple
 from .analysis import Analysis, Options, analyze
 from .i18n import _
 from .notebook import InputError, Notebook, atomic_write, load, read_text, render
+from .modules import MAX_PROJECT_MODULES
 from .project import SKIPPED_FOLDERS, entry_folder_and_root, find_root, open_project, project_files
 from .report import cell_diffs, json_report, summary_lines, text_report, unified_diff
 
@@ -19,7 +20,8 @@ EXIT_OK, EXIT_FINDINGS, EXIT_INPUT = 0, 1, 2
 
 
 def options_from(args) -> Options:
-    return Options(ranks=args.ranks, broadcast_style=args.broadcast_style, reduction=args.reduction)
+    return Options(ranks=args.ranks, broadcast_style=args.broadcast_style, reduction=args.reduction,
+                   max_modules=MAX_PROJECT_MODULES)
 
 
 def entry_options(options: Options, path: str, root: Optional[str]) -> Options:

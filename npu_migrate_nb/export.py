@@ -97,7 +97,10 @@ def export_command(args) -> int:
     from .commands import entry_options
 
     root = getattr(args, "root", None)
-    options = entry_options(Options(ranks=args.devices_per_server * args.servers), args.path, root)
+    from .modules import MAX_PROJECT_MODULES
+
+    options = entry_options(Options(ranks=args.devices_per_server * args.servers, max_modules=MAX_PROJECT_MODULES),
+                            args.path, root)
     analysis = analyze(notebook, options)
     if not args.force and not ready_to_launch(analysis):
         print("npu-migrate-nb: " + _("{path}: not exported: what is launched must be what was proven "

@@ -25,7 +25,8 @@ from .notebook import MAX_CELL_CHARS, Notebook
 # Cells of modules get indices from here on: far above any notebook's cells, so that a module's
 # findings and edits never address a notebook cell.
 MODULE_CELL_BASE = 1_000_000
-MAX_MODULES = 64
+MAX_MODULES = 64  # the panel's and the magic's analysis, on every edit: fast first
+MAX_PROJECT_MODULES = 1024  # the command line's, on a project (the model zoo's copies of tensorflow/models)
 MAX_MODULE_BYTES = MAX_CELL_CHARS
 
 # Packages whose APIs the analyzer knows by name: their code need not be seen.
@@ -66,7 +67,7 @@ class ProjectModules:
 
 
 def project_modules(notebook: Notebook, base: Optional[str] = None, shown_from: Optional[str] = None,
-                    root: Optional[str] = None) -> ProjectModules:
+                    root: Optional[str] = None, limit: int = MAX_MODULES) -> ProjectModules:
     """The local modules ``notebook`` imports (transitively), read from ``base`` (default: the
     notebook's folder; the working directory for a notebook without a file), then from the project's
     the folder above the top package ``base`` is in, then the project's ``root`` (usually a folder
@@ -86,7 +87,7 @@ def project_modules(notebook: Notebook, base: Optional[str] = None, shown_from: 
     ]
     tried = set()
     written = written_modules(notebook)
-    while pending and len(found) < MAX_MODULES:
+    while pending and len(found) < limit:
         name, optional, importer = pending.pop(0)
         if (name, importer) in tried:
             continue
@@ -122,6 +123,9 @@ def project_modules(notebook: Notebook, base: Optional[str] = None, shown_from: 
             continue
         found.append(ModuleSource(name, _shown(path, shown_from), source, MODULE_CELL_BASE + len(found)))
         pending += [(inner, maybe, os.path.dirname(path)) for inner, maybe in _imported_names(facts.imports)]
+    for name, optional, _importer in pending:  # past the limit: not seen, and said so (unknown, not missing)
+        if not optional and not name.startswith(".") and name.split(".")[0] not in KNOWN_PACKAGES:
+            unseen.setdefault(name, _("not analyzed: more than {count} modules are imported").format(count=limit))
     return ProjectModules(found, unseen)
 
 

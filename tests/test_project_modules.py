@@ -201,3 +201,20 @@ def test_a_module_the_notebook_writes_itself_is_read_from_its_cell_and_fixed_the
     )
     assert "model.compile(optimizer=npu.distribute.npu_distributed_keras_optimizer_wrapper(" in fixed
     assert analyze(notebook_from(fixed)).steps["allreduce"] == "present"
+
+
+def test_modules_past_the_limit_are_unseen_with_the_reason_and_the_command_line_reads_more(tmp_path):
+    """The panel's analysis reads at most MAX_MODULES modules; one past it is not "missing" its step but
+    unknown, with why; the command line reads up to MAX_PROJECT_MODULES (a project's own package)."""
+    from npu_migrate_nb.analysis import Options
+
+    code = ESTIMATOR_NOTEBOOK.replace("from model import model_fn", "import helpers\nfrom model import model_fn")
+    path = project(tmp_path, code, helpers="import a\nimport b\n", a="", b="", model=MODEL_WRAPPED)
+    few = analyze(load(path), Options(max_modules=2))
+    assert [m.path.rsplit("/", 1)[-1] for m in few.context.modules.found] == ["helpers.py", "model.py"]
+    assert few.steps["allreduce"] == "present"  # model.py came before the limit
+    few = analyze(load(path), Options(max_modules=1))
+    assert few.steps["allreduce"] == "unknown"
+    assert few.reasons["allreduce"] == "model_fn comes from model: not analyzed: more than 1 modules are imported"
+    report = json.loads(cli("check", path, "--format", "json", cwd=tmp_path).stdout)
+    assert report["steps"]["allreduce"] == "present"
