@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import statistics
 import subprocess
@@ -49,7 +50,7 @@ def scripts_of_the_corpus(limit: int):
                 libcst.parse_module(code)
             except Exception:
                 continue
-            found.append((path.stem.replace("-", "_").replace(".", "_"), code))
+            found.append(("nb_" + re.sub(r"\W", "_", path.stem), code))  # a module name: never a digit first
             if len(found) == limit:
                 return found
     return found
@@ -72,7 +73,9 @@ def timed(command) -> tuple:
     """(CPU seconds, wall seconds) of a whole process."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    done = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if done.returncode not in (0, 1):  # check's 1: findings; anything else is a broken measurement
+        raise SystemExit(f"{command[:4]} failed ({done.returncode}): {done.stderr[-2000:]}")
     wall = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), wall

@@ -97,6 +97,27 @@ class CellFacts:
     _assignments: Dict[str, List[Assignment]] = field(default_factory=dict, repr=False)
     _functions: Dict[str, ast.AST] = field(default_factory=dict, repr=False)
     _classes: Dict[str, ast.ClassDef] = field(default_factory=dict, repr=False)
+    _nodes: Optional[Dict[type, List[ast.AST]]] = field(default=None, repr=False)
+    _loads: Optional[Dict[str, List[Tuple[ast.Name, Tuple[ast.AST, ...]]]]] = field(default=None, repr=False)
+
+    def nodes(self, *types: type) -> List[ast.AST]:
+        """Every node of these types in the cell (one walk per cell: a rule that asks per call site would
+        walk a 5,000-line script once per site); of one type in ``ast.walk``'s order."""
+        if self._nodes is None:
+            self._nodes = {}
+            for node in ast.walk(self.tree) if self.tree is not None else ():
+                self._nodes.setdefault(type(node), []).append(node)
+        if len(types) == 1:
+            return self._nodes.get(types[0], [])
+        return [node for kind in types for node in self._nodes.get(kind, [])]  # grouped by type
+
+    def loads(self, name: str) -> List[Tuple[ast.Name, Tuple[ast.AST, ...]]]:
+        """Each read of ``name`` in the cell with its ancestors, outermost first (one traversal per cell)."""
+        if self._loads is None:
+            self._loads = {}
+            if self.tree is not None:
+                _index_loads(self.tree, (), self._loads)
+        return self._loads.get(name, [])
 
     @property
     def error(self) -> Optional[Tuple[int, int, str]]:
@@ -172,6 +193,18 @@ class CellFacts:
 
     def end(self, node: ast.AST) -> Tuple[int, int]:
         return node.end_lineno, self.char_column(node.end_lineno, node.end_col_offset)
+
+
+def _index_loads(node: ast.AST, parents: Tuple[ast.AST, ...], index: Dict[str, list]) -> None:
+    stack = [(node, parents)]
+    while stack:
+        current, above = stack.pop()
+        if isinstance(current, ast.Name):
+            if isinstance(current.ctx, ast.Load):
+                index.setdefault(current.id, []).append((current, above))
+            continue
+        below = above + (current,)
+        stack.extend((child, below) for child in reversed(list(ast.iter_child_nodes(current))))
 
 
 @lru_cache(maxsize=8192)

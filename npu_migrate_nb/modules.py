@@ -183,12 +183,17 @@ def _above_the_top_package(folder: str, root: str) -> Optional[str]:
     return above if (os.path.realpath(above) + os.sep).startswith(inside) else None
 
 
+@lru_cache(maxsize=256)
+def _allowed(root: str, folder: str) -> Tuple[str, ...]:
+    return tuple(os.path.realpath(path) + os.sep for path in {root, folder})
+
+
 def _module_file(name: str, importer: str, searched: Tuple[str, ...], root: str) -> Optional[str]:
     """The file of module ``name``: relative names from ``importer``'s folder, absolute ones from
     each of ``searched`` in turn (as ``sys.path``), never from above ``root`` or the first folder searched."""
     level = len(name) - len(name.lstrip("."))
     bases = [importer] if level else list(searched)
-    allowed = tuple(os.path.realpath(folder) + os.sep for folder in {root, searched[0]})
+    allowed = _allowed(root, searched[0])
     parts = name.lstrip(".").split(".")
     for base in bases:
         for _level in range(max(level - 1, 0)):
@@ -196,7 +201,7 @@ def _module_file(name: str, importer: str, searched: Tuple[str, ...], root: str)
         candidate = os.path.join(base, *parts)
         for path in (candidate + ".py", os.path.join(candidate, "__init__.py")):
             # Never above the root (a server must not read outside its root through imports).
-            if os.path.realpath(path).startswith(allowed) and os.path.isfile(path) and os.path.getsize(path) <= MAX_MODULE_BYTES:
+            if os.path.isfile(path) and os.path.realpath(path).startswith(allowed) and os.path.getsize(path) <= MAX_MODULE_BYTES:
                 return path
     return None
 

@@ -298,8 +298,8 @@ def rank_test_around(facts: CellFacts, stmt: ast.stmt, words=("RANK", "rank")) -
     A cell that never says "rank" is not walked."""
     if "rank" not in facts.masked.code.lower():
         return None
-    for node in ast.walk(facts.tree):
-        if isinstance(node, ast.If) and node.lineno < stmt.lineno <= node.end_lineno and mentions(node.test, words):
+    for node in facts.nodes(ast.If):
+        if node.lineno < stmt.lineno <= node.end_lineno and mentions(node.test, words):
             return node.test
     return None
 

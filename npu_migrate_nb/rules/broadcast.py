@@ -1083,7 +1083,7 @@ def _estimator_names(context) -> dict:
 
 def _alternatives(facts: CellFacts, first: ast.stmt, second: ast.stmt) -> bool:
     """Are the two statements in different branches of one ``if`` or ``try`` (only one of them runs)?"""
-    for node in ast.walk(facts.tree):
+    for node in facts.nodes(ast.If, ast.Try):
         if isinstance(node, ast.If):
             branches = [node.body, node.orelse]
         elif isinstance(node, ast.Try):
@@ -1462,8 +1462,8 @@ def _each_of_the_loop(facts: CellFacts, site: CallSite, variables: ast.expr) -> 
     if root is None or facts.tree is None:
         return None
     code = facts.segment(variables)
-    for loop in ast.walk(facts.tree):
-        if not isinstance(loop, ast.For) or not (loop.lineno <= site.node.lineno <= loop.end_lineno):
+    for loop in facts.nodes(ast.For):
+        if not (loop.lineno <= site.node.lineno <= loop.end_lineno):
             continue
         position = target_position(loop.target, root)
         if position is None or not isinstance(loop.iter, (ast.Tuple, ast.List)) or not loop.iter.elts:

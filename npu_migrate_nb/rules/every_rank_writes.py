@@ -372,8 +372,8 @@ def _guard_with_uses(context, cell: int, facts: CellFacts, stmt: ast.stmt):
     start, end = stmt.lineno, block[last].end_lineno
     # Read anywhere else in the cell: after the span, or before it in a loop's next turn (the
     # fault-tolerance guide loads the checkpoint it saved at the end of the previous epoch).
-    read_outside = {node.id for node in ast.walk(facts.tree) if isinstance(node, ast.Name)
-                    and isinstance(node.ctx, ast.Load) and not start <= node.lineno <= end}
+    read_outside = {node.id for node in facts.nodes(ast.Name)
+                    if isinstance(node.ctx, ast.Load) and not start <= node.lineno <= end}
     if bound & read_outside or any(index > cell for name in bound for index, _where in context.facts.cells_mentioning(name)):
         return None
     return guard_span(cell, facts, stmt, block[last], RANK_ZERO, [NEEDS_OS])

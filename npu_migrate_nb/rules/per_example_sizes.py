@@ -35,8 +35,8 @@ def loops_over(context, names: Set[str]) -> List[Step]:
     """The ``for`` loops of the notebook's cells (at any depth) that iterate one of these datasets."""
     found = []
     for cell, facts in context.facts.cells:
-        for node in ast.walk(facts.tree):
-            if isinstance(node, ast.For) and _iterated_name(node.iter) in names:
+        for node in facts.nodes(ast.For):
+            if _iterated_name(node.iter) in names:
                 found.append((cell, facts, node))
     return found
 

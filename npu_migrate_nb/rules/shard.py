@@ -1322,8 +1322,8 @@ def _called_by(context, functions) -> set:
 
 def _enclosing_loop(facts: CellFacts, node: ast.AST) -> Optional[ast.stmt]:
     """The innermost ``for``/``while`` loop of the cell around ``node``."""
-    loops = [loop for loop in ast.walk(facts.tree) if isinstance(loop, (ast.For, ast.While))
-             and loop.lineno <= node.lineno and node.end_lineno <= loop.end_lineno and loop is not node]
+    loops = [loop for loop in facts.nodes(ast.For, ast.While)
+             if loop.lineno <= node.lineno and node.end_lineno <= loop.end_lineno and loop is not node]
     return max(loops, key=lambda loop: loop.lineno, default=None)
 
 

@@ -48,8 +48,8 @@ def _watched_names(facts: CellFacts, site: CallSite) -> set:
 def _a_data_item(facts: CellFacts, site: CallSite, name: str) -> bool:
     """``name`` is a target of a ``for`` around the gradient that iterates something other than a
     literal collection (a dataset, a batch generator)."""
-    for loop in ast.walk(facts.tree):
-        if (isinstance(loop, ast.For) and loop.lineno <= site.node.lineno <= loop.end_lineno
+    for loop in facts.nodes(ast.For):
+        if (loop.lineno <= site.node.lineno <= loop.end_lineno
                 and target_position(loop.target, name) is not None
                 and not isinstance(loop.iter, (ast.Tuple, ast.List))):
             return True

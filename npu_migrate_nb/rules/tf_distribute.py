@@ -204,8 +204,8 @@ def facts_segment(use: _Use) -> str:
 def _uses(context, name: str) -> Iterator[_Use]:
     for cell, facts in context.facts.cells_mentioning(name):
         parents = _parents(facts.tree)
-        for node in ast.walk(facts.tree):
-            if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load):
+        for node in facts.nodes(ast.Name):
+            if node.id == name and isinstance(node.ctx, ast.Load):
                 yield _Use(cell, facts, node, parents)
 
 

@@ -76,8 +76,8 @@ def _keys_taken(context, container: str) -> List[object]:
     """The keys of ``container[key]`` given to a name not named for evaluation, in notebook order."""
     keys: List[object] = []
     for _index, facts in context.facts.cells_mentioning(container):
-        for stmt in ast.walk(facts.tree):
-            if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+        for stmt in facts.nodes(ast.Assign):
+            if len(stmt.targets) == 1:
                 for name, value in _pairs(stmt.targets[0], stmt.value):
                     base = _chain_base(value)
                     if isinstance(base, ast.Subscript) and isinstance(base.value, ast.Name) \
@@ -92,8 +92,8 @@ def holders(facts_of_notebook, split: TrainingSplit) -> Set[str]:
     ``container[i]``), and those made from it by a pipeline (``train = ds_train.map(f).shuffle(8)``)."""
     names = set(split.names)
     for _index, facts in facts_of_notebook.cells:
-        for stmt in ast.walk(facts.tree):
-            if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1:
+        for stmt in facts.nodes(ast.Assign):
+            if len(stmt.targets) != 1:
                 continue
             for target, value in _pairs(stmt.targets[0], stmt.value):
                 if split.subscript is not None and _is_subscript_of(_chain_base(value), *split.subscript):
@@ -102,8 +102,8 @@ def holders(facts_of_notebook, split: TrainingSplit) -> Set[str]:
     while changed:
         changed = False
         for _index, facts in facts_of_notebook.cells:
-            for stmt in ast.walk(facts.tree):
-                if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+            for stmt in facts.nodes(ast.Assign):
+                if len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
                     if stmt.targets[0].id not in names and _flows_from(stmt.value, names) and not K.named_for_evaluation(stmt.targets[0].id):
                         names.add(stmt.targets[0].id)
                         changed = True

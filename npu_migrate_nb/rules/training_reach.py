@@ -7,6 +7,7 @@ reach the training only when every use of it is understood and none of them trai
 from __future__ import annotations
 
 import ast
+import weakref
 from typing import Iterator, List, Optional, Set, Tuple
 
 from ..facts import CallSite, dotted_name
@@ -109,25 +110,27 @@ def _top_level_uses(context, name: str) -> Iterator[Tuple[ast.Name, List[ast.AST
     """Reads of the module-level ``name``, with their parents, skipping functions that bind a name of
     their own so called (a parameter ``iterator`` is not the cell's ``iterator``)."""
     for _, facts in context.facts.cells_mentioning(name):
-        if facts.tree is not None:
-            yield from _reads(facts.tree, name, [])
-
-
-def _reads(node: ast.AST, name: str, parents: List[ast.AST]) -> Iterator[Tuple[ast.Name, List[ast.AST]]]:
-    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) and _binds(node, name):
-        return
-    if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load):
-        yield node, parents
-        return
-    for child in ast.iter_child_nodes(node):
-        yield from _reads(child, name, parents + [node])
+        for node, parents in facts.loads(name):
+            if not any(isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+                       and _binds(parent, name) for parent in parents):
+                yield node, list(parents)
 
 
 def _binds(function: ast.AST, name: str) -> bool:
-    arguments = function.args
-    params = arguments.posonlyargs + arguments.args + arguments.kwonlyargs
-    params += [a for a in (arguments.vararg, arguments.kwarg) if a is not None]
-    if any(param.arg == name for param in params):
-        return True
-    return any(isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Store)
-               for node in ast.walk(function))
+    return name in _bound_in(function)
+
+
+_BOUND: "weakref.WeakKeyDictionary[ast.AST, frozenset]" = weakref.WeakKeyDictionary()
+
+
+def _bound_in(function: ast.AST) -> frozenset:
+    """The names a function binds: its parameters and what it assigns (once per function node)."""
+    bound = _BOUND.get(function)
+    if bound is None:
+        arguments = function.args
+        params = arguments.posonlyargs + arguments.args + arguments.kwonlyargs
+        params += [a for a in (arguments.vararg, arguments.kwarg) if a is not None]
+        bound = frozenset([param.arg for param in params] + [
+            node.id for node in ast.walk(function) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)])
+        _BOUND[function] = bound
+    return bound
