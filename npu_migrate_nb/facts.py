@@ -102,10 +102,11 @@ class CellFacts:
 
     def nodes(self, *types: type) -> List[ast.AST]:
         """Every node of these types in the cell (one walk per cell: a rule that asks per call site would
-        walk a 5,000-line script once per site); of one type in ``ast.walk``'s order."""
+        walk a 5,000-line script once per site); of one type in source order, an enclosing node before
+        what it encloses."""
         if self._nodes is None:
             self._nodes = {}
-            for node in ast.walk(self.tree) if self.tree is not None else ():
+            for node in _every_node(self.tree) if self.tree is not None else ():
                 self._nodes.setdefault(type(node), []).append(node)
         if len(types) == 1:
             return self._nodes.get(types[0], [])
@@ -195,6 +196,29 @@ class CellFacts:
         return node.end_lineno, self.char_column(node.end_lineno, node.end_col_offset)
 
 
+def _every_node(root: ast.AST) -> Iterator[ast.AST]:
+    """Every node, each before its children, in source order (``ast.walk`` is breadth first, and pays
+    a generator per node)."""
+    stack = [root]
+    pop, extend = stack.pop, stack.extend
+    while stack:
+        node = pop()
+        yield node
+        extend(reversed(_children(node)))
+
+
+def _children(node: ast.AST) -> List[ast.AST]:
+    """``ast.iter_child_nodes(node)`` as a list, without a generator per node."""
+    children = []
+    for name in node._fields:
+        value = getattr(node, name, None)
+        if type(value) is list:
+            children.extend(item for item in value if isinstance(item, ast.AST))
+        elif isinstance(value, ast.AST):
+            children.append(value)
+    return children
+
+
 def _index_loads(node: ast.AST, parents: Tuple[ast.AST, ...], index: Dict[str, list]) -> None:
     stack = [(node, parents)]
     while stack:
@@ -204,7 +228,7 @@ def _index_loads(node: ast.AST, parents: Tuple[ast.AST, ...], index: Dict[str, l
                 index.setdefault(current.id, []).append((current, above))
             continue
         below = above + (current,)
-        stack.extend((child, below) for child in reversed(list(ast.iter_child_nodes(current))))
+        stack.extend((child, below) for child in reversed(_children(current)))
 
 
 @lru_cache(maxsize=8192)
