@@ -11,7 +11,7 @@ from typing import List, Optional, Tuple
 
 from .analysis import Analysis, Options, analyze
 from .i18n import _
-from .notebook import InputError, Notebook, atomic_write, load, read_text, render
+from .notebook import InputError, Notebook, atomic_write, load, loads_notebook, read_text, render
 from .modules import MAX_PROJECT_MODULES
 from .project import SKIPPED_FOLDERS, entry_folder_and_root, find_root, open_project, project_files
 from .report import cell_diffs, json_report, summary_lines, text_report, unified_diff
@@ -152,18 +152,18 @@ def fix_project_command(args) -> int:
         return EXIT_INPUT
     with tempfile.TemporaryDirectory(prefix="npu-migrate-nb-") as work:
         copy = ProjectCopy(project.root, work, args.path)
-        changed, diffs, fixes = {}, [], 0
+        changed, fixes = {}, 0  # project file -> (its text before, after every entry's fixes)
         for entry in project.entries:
             outcome = _fix_entry_in(copy, entry, options_from(args))
             if outcome is None:
                 continue
             fixes += outcome[0]
-            for original, (old, new, diff) in outcome[1].items():
+            for original, (old, new) in outcome[1].items():
                 changed[original] = (changed.get(original, (old,))[0], new)
-                diffs.append(diff)
         status = max([EXIT_OK] + [_report_remaining(copy, entry, options_from(args)) for entry in project.entries])
     if args.diff or not (args.output or args.in_place):
-        sys.stdout.write("".join(diffs))
+        sys.stdout.write("".join(_file_diff(path, old, new, os.path.relpath(path, project.root))
+                                 for path, (old, new) in changed.items()))
     written = _write_project(args, project.root, changed)
     print("npu-migrate-nb: " + _("{path}: applied {fixes} fix(es) in {files} file(s){where}").format(
         path=args.path, fixes=fixes, files=len(changed), where=written), file=sys.stderr)
@@ -195,10 +195,6 @@ class ProjectCopy:
         """The project's file for a path of the copy, as the person would name it."""
         return _as_given(self.in_project(path))
 
-    def diff_name(self, path: str) -> str:
-        """A path of the copy as a diff names it: from the project's root (``patch -p1`` there)."""
-        return os.path.relpath(os.path.join(self.work, path), self.work)
-
 
 def _as_given(path: str) -> str:
     relative = os.path.relpath(path)
@@ -206,8 +202,8 @@ def _as_given(path: str) -> str:
 
 
 def _fix_entry_in(copy: ProjectCopy, entry: str, options: Options):
-    """Fix the copy of ``entry``: (fixes applied, {original path: (old, new, diff)}) of the files it
-    changed, written into the copy; None when it is not a Python notebook or cannot be read."""
+    """Fix the copy of ``entry``: (fixes applied, {project path: (old, new)}) of the files it changed,
+    written into the copy; None when it is not a Python notebook or cannot be read."""
     from .rewrite import fix_notebook  # libcst: only ``fix`` pays for it
 
     copied = copy.copied(entry)
@@ -227,16 +223,23 @@ def _fix_entry_in(copy: ProjectCopy, entry: str, options: Options):
               file=sys.stderr)
     files = {}
     if result.sources:
-        text, old = render(notebook, result.sources), read_text(copied)
-        name = copy.diff_name(copied)
-        diff = (unified_diff(old, text, name) if notebook.kind == "script"
-                else cell_diffs(with_changes(notebook, path=name), result.sources))
-        files[copy.in_project(copied)] = (old, text, diff)
+        text = render(notebook, result.sources)
+        files[copy.in_project(copied)] = (read_text(copied), text)
         atomic_write(copied, text)
     for path, (old, new) in result.modules.items():
-        files[copy.in_project(path)] = (old, new, unified_diff(old, new, copy.diff_name(path)))
+        files[copy.in_project(path)] = (old, new)
         atomic_write(os.path.join(copy.work, path), new)
     return len(result.applied), files
+
+
+def _file_diff(path: str, old: str, new: str, name: str) -> str:
+    """A script's unified diff, or a notebook's diff per changed cell, named ``name``."""
+    if not path.endswith(".ipynb"):
+        return unified_diff(old, new, name)
+    before, after = loads_notebook(old, name), loads_notebook(new, name)
+    sources = {cell.index: cell.source for cell in after.cells
+               if cell.index < len(before.cells) and cell.source != before.cells[cell.index].source}
+    return cell_diffs(before, sources)
 
 
 def _report_remaining(copy: ProjectCopy, entry: str, options: Options) -> int:

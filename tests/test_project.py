@@ -172,3 +172,19 @@ def test_fix_refuses_an_existing_output_and_a_directory_without_code(project, tm
     empty.mkdir()
     code, out, err = run(["fix", str(empty)], capsys)
     assert code == 2 and "no notebooks or scripts in this directory" in err
+
+
+def test_a_notebook_of_the_directory_gets_its_diff_per_cell(tmp_path, capsys):
+    cells = ["import tensorflow as tf\nx = tf.ones([64, 4])\ny = tf.ones([64, 1])",
+             "model = tf.keras.Sequential([tf.keras.Input(shape=(4,)), tf.keras.layers.Dense(1)])\n"
+             "model.compile(optimizer='sgd', loss='mse')\nmodel.fit(x, y, batch_size=16, epochs=1)"]
+    document = {"cells": [{"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
+                           "source": source} for source in cells],
+                "metadata": {"kernelspec": {"name": "python3", "language": "python", "display_name": "Python 3"}},
+                "nbformat": 4, "nbformat_minor": 5}
+    folder = tmp_path / "nbs"
+    folder.mkdir()
+    (folder / "train.ipynb").write_text(json.dumps(document))
+    code, out, err = run(["fix", str(folder)], capsys)
+    assert "--- a/train.ipynb:cell 1\n+++ b/train.ipynb:cell 1\n" in out, out + err
+    assert "npu_distributed_keras_optimizer_wrapper" in out
