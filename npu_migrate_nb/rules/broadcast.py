@@ -1253,11 +1253,8 @@ def _as_an_attribute_of_the_trainer(context, cell, facts, site: CallSite, variab
     if model is None or not model.startswith("self.") or model.count(".") != 1 or site.function is None:
         return None
     attribute = model.split(".", 1)[1]
-    owner = next((c for c in facts.classes.values()
-                  if any(isinstance(m, ast.FunctionDef) and m.name == site.function for m in c.body)), None)
-    init = next((m for m in owner.body if isinstance(m, ast.FunctionDef) and m.name == "__init__"), None) \
-        if owner is not None else None
-    if init is None or not _builds_attribute(context, owner, init, attribute):
+    owner = _class_building(context, facts, site.function, attribute)
+    if owner is None:
         return None
     instances = [(c, a) for c, _f, a in _module_assignments_of_calls_to(context, owner.name)]
     if len(instances) != 1:
@@ -1269,6 +1266,17 @@ def _as_an_attribute_of_the_trainer(context, cell, facts, site: CallSite, variab
                 and dotted_name(call.node.func.value) == name and (c_cell, call.node.lineno) > (made_cell, made.stmt.lineno):
             return c_cell, c_facts, top_level_statement(c_facts, call.stmt), f"{name}.{attribute}.trainable_variables"
     return None
+
+
+def _class_building(context, facts: CellFacts, method: Optional[str], attribute: str) -> Optional[ast.ClassDef]:
+    """The class of this cell with method ``method`` whose ``__init__`` builds ``self.<attribute>``."""
+    owner = next((c for c in facts.classes.values()
+                  if any(isinstance(m, ast.FunctionDef) and m.name == method for m in c.body)), None)
+    init = next((m for m in owner.body if isinstance(m, ast.FunctionDef) and m.name == "__init__"), None) \
+        if owner is not None else None
+    if init is None or not _builds_attribute(context, owner, init, attribute):
+        return None
+    return owner
 
 
 def _builds_attribute(context, owner: ast.ClassDef, init: ast.FunctionDef, attribute: str) -> bool:
@@ -1365,11 +1373,8 @@ def _as_an_attribute_of_its_instance(context, facts: CellFacts, call: CallSite, 
     if model is None or not model.startswith("self.") or model.count(".") != 1:
         return None
     attribute = model.split(".", 1)[1]
-    owner = next((c for c in facts.classes.values()
-                  if any(isinstance(m, ast.FunctionDef) and m.name == call.function for m in c.body)), None)
-    init = next((m for m in owner.body if isinstance(m, ast.FunctionDef) and m.name == "__init__"), None) \
-        if owner is not None else None
-    if init is None or not _builds_attribute(context, owner, init, attribute):
+    owner = _class_building(context, facts, call.function, attribute)
+    if owner is None:
         return None
     instances = list(_instances_of(context, owner.name))
     if len(instances) != 1:
