@@ -64,8 +64,11 @@ def test_a_project_is_checked_fixed_in_its_files_and_proven_on_two_ranks(tmp_pat
                                   "--", *arguments, cwd=str(tmp_path)))
     if name == "tf1_zoo":
         # its ranks share one model_dir (its shared-model-dir finding): their checkpoint race may end the
-        # run before a check is decided; caught all the same: no check passes, one at least fails
-        assert code == 1 and "pass" not in checks.values() and "fail" in checks.values(), err[-3000:]
+        # run before a check is decided (CI saw all three not observed); caught all the same: no check
+        # passes, and either one fails or the run names the race that ended it
+        race_named = "every-rank-writes" in err and str(tmp_path / "model") in err
+        assert code == 1 and "pass" not in checks.values(), err[-3000:]
+        assert "fail" in checks.values() or race_named, err[-3000:]
     else:
         assert code == 1 and checks == {"broadcast": "fail", "allreduce": "fail", "shard": "fail"}, err[-3000:]
 
