@@ -15,7 +15,7 @@ from .not_data_parallel import trained_agents
 from .keras_defaults import KERAS_DEFAULT_OPTIMIZER, default_optimizer_argument
 from .reduction import SUM, reduction_for
 from .reduction_mismatch import gradients_of_wrapped_optimizers, wrapper_reduction_for
-from .sources import applied_by_the_compiled_optimizer, not_variables
+from .sources import applied_by_the_compiled_optimizer, not_variables, only_shown
 
 TF1_WRAPPER = "npu_distributed_optimizer_wrapper"
 BOOSTED_TREES_REASON = N_(
@@ -322,6 +322,53 @@ class MissingAllreduce(Rule):
             "        loss = tf.reduce_sum(per_example) * (1.0 / GLOBAL_BATCH)\n"
             "    grads = tape.gradient(loss, model.trainable_variables)\n"
             "    grads = npu.distribute.all_reduce(grads, reduction=\"sum\")\n"
+            "    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n",
+        ),
+        # A tour of the tape beside the training: gradients only looked at (of two scalar variables, of two
+        # constants bound in one tuple) are neither aggregated nor their sources broadcast.
+        Example(
+            "import tensorflow as tf\n"
+            "import npu_device as npu\n"
+            "npu.open().as_default()\n"
+            "w1, w2 = tf.Variable(5.), tf.Variable(3.)\n"
+            "with tf.GradientTape() as tape:\n"
+            "    z = 3 * w1 ** 2 + 2 * w1 * w2\n"
+            "gradients = tape.gradient(z, [w1, w2])\n"
+            "# %%\n"
+            "gradients\n"
+            "# %%\n"
+            "c1, c2 = tf.constant(5.), tf.constant(3.)\n"
+            "with tf.GradientTape() as tape:\n"
+            "    z = 3 * c1 ** 2 + 2 * c1 * c2\n"
+            "gradients = tape.gradient(z, [c1, c2])\n"
+            "print(gradients[0], gradients)\n"
+            "# %%\n"
+            "def train_step(x, y):\n"
+            "    with tf.GradientTape() as tape:\n"
+            "        loss = tf.reduce_mean(tf.square(model(x) - y))\n"
+            "    grads = tape.gradient(loss, model.trainable_variables)\n"
+            "    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n",
+            "import tensorflow as tf\n"
+            "import npu_device as npu\n"
+            "npu.open().as_default()\n"
+            "w1, w2 = tf.Variable(5.), tf.Variable(3.)\n"
+            "with tf.GradientTape() as tape:\n"
+            "    z = 3 * w1 ** 2 + 2 * w1 * w2\n"
+            "gradients = tape.gradient(z, [w1, w2])\n"
+            "# %%\n"
+            "gradients\n"
+            "# %%\n"
+            "c1, c2 = tf.constant(5.), tf.constant(3.)\n"
+            "with tf.GradientTape() as tape:\n"
+            "    z = 3 * c1 ** 2 + 2 * c1 * c2\n"
+            "gradients = tape.gradient(z, [c1, c2])\n"
+            "print(gradients[0], gradients)\n"
+            "# %%\n"
+            "def train_step(x, y):\n"
+            "    with tf.GradientTape() as tape:\n"
+            "        loss = tf.reduce_mean(tf.square(model(x) - y))\n"
+            "    grads = tape.gradient(loss, model.trainable_variables)\n"
+            "    grads = npu.distribute.all_reduce(grads, reduction=\"mean\")\n"
             "    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n",
         ),
         # TF2 custom loop with a mean loss and the gradient used inline.
@@ -730,6 +777,8 @@ class MissingAllreduce(Rule):
             sources = site.argument(1, "sources")
             if sources is not None and not_variables(context, facts, site, sources):
                 continue  # an input's gradient: each rank's own samples, not to be averaged across ranks
+            if only_shown(context, cell, site):
+                continue  # a tour of the tape: a gradient looked at, never applied
             if "keras" in context.frameworks and applied_by_the_compiled_optimizer(facts, site):
                 continue  # fit's step: the compiled optimizer is wrapped (once) by _wrap_compiled_optimizers
             reduction, reason = reduction_for(context, facts, site)

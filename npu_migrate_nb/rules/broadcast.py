@@ -11,7 +11,7 @@ from ..findings import NEEDS_NPU_BRIDGE, NEEDS_NPU_DEVICE, NEEDS_OS, Finding
 from ..i18n import _
 from ..names import ALWAYS_BOUND, function_locals
 from .not_data_parallel import trained_agents
-from .sources import applied_by_the_compiled_optimizer, makes_a_tensor, not_variables, target_position
+from .sources import applied_by_the_compiled_optimizer, makes_a_tensor, not_variables, only_shown, target_position
 from .base import (
     Example,
     Rule,
@@ -806,6 +806,8 @@ class MissingBroadcast(Rule):
                 continue
             if not_variables(context, facts, site, variables):
                 continue  # the gradient of an input (an adversarial example, a tour of the tape): nothing to broadcast
+            if only_shown(context, cell, site):
+                continue  # a gradient looked at, never applied: no training starts from these variables
             if "keras" in context.frameworks and applied_by_the_compiled_optimizer(facts, site):
                 continue  # fit's own step: the model is broadcast where fit trains it
             variables_code = _each_of_the_loop(facts, site, variables) or facts.segment(variables)

@@ -442,6 +442,41 @@ class MissingShard(Rule):
             "rank_size, rank_id = int(os.getenv('RANK_SIZE', '1')), int(os.getenv('RANK_ID', '0'))\n"
             "model.fit(x_train[rank_id::rank_size], y_train[rank_id::rank_size], batch_size=128 // rank_size, epochs=2)\n",
         ),
+        # An Estimator's input_fn returning literal columns, no dataset: each rank returns its rows of each.
+        Example(
+            "from npu_bridge.npu_init import *\nimport tensorflow as tf\n"
+            "featcols = [tf.feature_column.numeric_column('area')]\n"
+            "def train_input_fn():\n"
+            "    features = {'area': [1000, 2000, 4000, 1000, 2000, 4000]}\n"
+            "    labels = [500, 1000, 1500, 700, 1300, 1900]\n"
+            "    return features, labels\n"
+            "model = tf.estimator.LinearRegressor(featcols, optimizer=npu_distributed_optimizer_wrapper(tf.train.FtrlOptimizer(0.2)))\n"
+            "model.train(train_input_fn, steps=200, hooks=npu_hooks_append())\n",
+            "from npu_bridge.npu_init import *\nimport tensorflow as tf\n"
+            "import os\n"
+            "featcols = [tf.feature_column.numeric_column('area')]\n"
+            "def train_input_fn():\n"
+            "    features = {'area': [1000, 2000, 4000, 1000, 2000, 4000]}\n"
+            "    labels = [500, 1000, 1500, 700, 1300, 1900]\n"
+            "    return {key: column[int(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', '1'))] for key, column in features.items()}, "
+            "labels[int(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', '1'))]\n"
+            "model = tf.estimator.LinearRegressor(featcols, optimizer=npu_distributed_optimizer_wrapper(tf.train.FtrlOptimizer(0.2)))\n"
+            "model.train(train_input_fn, steps=200, hooks=npu_hooks_append())\n",
+        ),
+        # Per-sample weights are sliced with the samples they weigh (Keras refuses arrays of unequal lengths).
+        Example(
+            "import numpy as np\nimport tensorflow as tf\n"
+            "sample_weight = np.random.rand(len(y_train))\n"
+            "model.compile(optimizer='adam', loss='mse')\n"
+            "model.fit(X_train, y_train, epochs=2, sample_weight=sample_weight)\n",
+            "import numpy as np\nimport tensorflow as tf\n"
+            "import os\n"
+            "sample_weight = np.random.rand(len(y_train))\n"
+            "model.compile(optimizer='adam', loss='mse')\n"
+            "rank_size, rank_id = int(os.getenv('RANK_SIZE', '1')), int(os.getenv('RANK_ID', '0'))\n"
+            "model.fit(X_train[rank_id::rank_size], y_train[rank_id::rank_size], epochs=2, "
+            "sample_weight=sample_weight[rank_id::rank_size], batch_size=32 // rank_size)\n",
+        ),
         # A Python list of samples slices like an array.
         Example(
             "import tensorflow as tf\n"
@@ -891,6 +926,8 @@ class MissingShard(Rule):
                 findings.append(self._shard_batched_source(context, cell, facts, site))
         findings += self._shard_image_generators(context)
         findings += self._shard_numpy_input_fns(context)
+        if "estimator" in context.frameworks:
+            findings += self._shard_returned_inputs(context)
         findings += self._shard_fed_arrays(context)
         findings += self._shard_tf1_mnist_batches(context)
         if "keras" in context.frameworks:
@@ -1213,6 +1250,30 @@ class MissingShard(Rule):
             findings.append(self.finding(cell, facts, site.node, message, edits))
         return findings
 
+    def _shard_returned_inputs(self, context) -> List[Finding]:
+        """``def train_input_fn(): ...; return features, labels`` of literal columns, no dataset: the
+        Estimator reads the same tensors every step, so each rank returns its every N-th row of each."""
+        findings = []
+        done = set()
+        for _cell, _facts, site in context.facts.calls("train"):
+            input_fn = site.argument(0, "input_fn")
+            if not isinstance(input_fn, ast.Name) or input_fn.id in done:
+                continue
+            found = context.facts.function(input_fn.id)
+            if found is None:
+                continue
+            cell, facts, function = found
+            parts = _returned_columns(context, function)
+            if not parts:
+                continue
+            done.add(input_fn.id)
+            rank_slice = f"[{K.RANK_ID_EXPR}::{K.RANK_SIZE_EXPR}]"
+            edits = [_each_column_sliced(cell, facts, part, is_dict, rank_slice) for part, is_dict in parts]
+            findings.append(self.finding(cell, facts, function, _(
+                "every rank reads all the rows this input_fn returns: give each rank every N-th row of each "
+                "feature and of the labels"), edits))
+        return findings
+
     def _shard_arrays(self, context) -> Iterator[Finding]:
         scopes_with_rank_line = set()
         for cell, facts, site in context.facts.keras_fits("fit"):
@@ -1222,7 +1283,8 @@ class MissingShard(Rule):
                 continue
             if y is None and not _numpy_array(context, x):
                 continue  # a dataset, a generator or a Sequence: their own shard
-            arrays = _array_leaves(x) + (_array_leaves(y) if y is not None else [])
+            weights = site.argument(10, "sample_weight")  # per sample, sliced with the samples
+            arrays = [leaf for part in (x, y, weights) if part is not None for leaf in _array_leaves(part)]
             if any(leaf is None for leaf in arrays) or _bound_to_a_container(context, x):
                 yield self.finding(cell, facts, x, _(
                     "every rank trains on all the arrays: give each rank every N-th sample "
@@ -1238,6 +1300,43 @@ class MissingShard(Rule):
             edits = _array_edits(context, cell, facts, site, arrays, define_rank=scope not in scopes_with_rank_line)
             scopes_with_rank_line.add(scope)
             yield self.finding(cell, facts, x, message, edits)
+
+
+def _returned_columns(context, function: ast.AST) -> List[Tuple[ast.expr, bool]]:
+    """The parts of ``return features, labels`` in an input_fn that makes no dataset, each with whether
+    it is a dict of columns; [] when a part is not a literal's or an array's name (not safely sliced)."""
+    if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return []
+    returns = [node for node in ast.walk(function) if isinstance(node, ast.Return)]
+    if len(returns) != 1 or not isinstance(returns[0].value, ast.Tuple) or len(returns[0].value.elts) != 2:
+        return []
+    calls = [node for node in ast.walk(function) if isinstance(node, ast.Call)]
+    if any(context.facts.resolve(dotted_name(call.func)) in K.DATASET_SOURCES for call in calls):
+        return []
+    parts = []
+    for part in returns[0].value.elts:
+        value = part
+        if isinstance(part, ast.Name):
+            bound = [node.value for node in ast.walk(function) if isinstance(node, ast.Assign)
+                     and any(isinstance(t, ast.Name) and t.id == part.id for t in node.targets)]
+            if len(bound) != 1:
+                return []
+            value = bound[0]
+        if isinstance(value, ast.Dict) and all(key is not None for key in value.keys) \
+                and all(isinstance(column, (ast.List, ast.Tuple)) for column in value.values):
+            parts.append((part, True))
+        elif isinstance(value, (ast.List, ast.Tuple)) and _is_samples(value):
+            parts.append((part, False))
+        else:
+            return []
+    return parts
+
+
+def _each_column_sliced(cell, facts: CellFacts, part: ast.expr, is_dict: bool, rank_slice: str) -> Edit:
+    if is_dict:
+        pattern = "{{key: column" + rank_slice + " for key, column in {part}.items()}}"
+        return replace_with(cell, facts, part, pattern, [NEEDS_OS], part=part)
+    return _sliced(cell, facts, part, rank_slice, [NEEDS_OS])
 
 
 _ARRAY_METHODS = frozenset({"astype", "reshape", "copy", "transpose"})

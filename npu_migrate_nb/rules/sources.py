@@ -57,10 +57,26 @@ def _a_data_item(facts: CellFacts, site: CallSite, name: str) -> bool:
 
 
 def _bound_to_tensors(context, facts: CellFacts, site: CallSite, name: str) -> bool:
-    values = [a.value for a in facts.assignments.get(name, ()) if a.function == site.function]
+    values = [_own_value(a) for a in facts.assignments.get(name, ()) if a.function == site.function]
     if not values and site.function is not None:
-        values = [a.value for _unused, _unused, a in context.facts.assignments(name) if a.function is None]
-    return bool(values) and all(makes_a_tensor(context, value) for value in values)
+        values = [_own_value(a) for _unused, _unused, a in context.facts.assignments(name) if a.function is None]
+    return bool(values) and all(value is not None and makes_a_tensor(context, value) for value in values)
+
+
+def _own_value(assignment) -> Optional[ast.expr]:
+    """The value bound to the assignment's name: its element of ``c1, c2 = tf.constant(5.), tf.constant(3.)``;
+    None when a tuple target's part is not known (``a, b = f()``)."""
+    if not assignment.tuple_target:
+        return assignment.value
+    targets = assignment.stmt.targets if isinstance(assignment.stmt, ast.Assign) else [assignment.stmt.target]
+    value = assignment.value
+    for target in targets:
+        if isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, (ast.Tuple, ast.List)) \
+                and len(target.elts) == len(value.elts) and not any(isinstance(e, ast.Starred) for e in value.elts):
+            position = target_position(target, assignment.target)
+            if position is not None and position >= 0:
+                return value.elts[position]
+    return None
 
 
 def target_position(target: ast.expr, name: str) -> Optional[int]:
@@ -82,3 +98,63 @@ def applied_by_the_compiled_optimizer(facts: CellFacts, site: CallSite) -> bool:
         return False
     return any(call.function == "train_step" and call.dotted in ("self.optimizer.apply_gradients", "self.optimizer.minimize")
                for method in ("apply_gradients", "minimize") for call in facts.calls_by_method.get(method, ()))
+
+
+_SHOWN_BY = frozenset({"print", "display", "repr", "str", "type", "len"})
+
+
+def only_shown(context, cell: int, site: CallSite) -> bool:
+    """``grads = tape.gradient(z, [w1, w2])`` at a cell's top level whose result is only looked at
+    (a cell's last expression, ``print(grads)``) and never applied: a tour of the tape, not a training
+    step: nothing to broadcast or aggregate (a demo on two scalar variables failed on the ranks)."""
+    sources = site.argument(1, "sources")
+    parts = sources.elts if isinstance(sources, (ast.List, ast.Tuple)) else [sources]
+    if site.function is not None or not all(isinstance(part, ast.Name) for part in parts):
+        return False  # a model's variables (``model.trainable_variables``): training, even if cut short here
+    if isinstance(site.stmt, ast.Expr) and (site.stmt.value is site.node or (
+            isinstance(site.stmt.value, (ast.Tuple, ast.List)) and any(e is site.node for e in site.stmt.value.elts))):
+        return True  # ``tape.gradient(z, [w1, w2])`` alone or ``z, tape.gradient(z, [x])``: the cell shows it
+    if not isinstance(site.stmt, ast.Assign) or site.stmt.value is not site.node:
+        return False
+    names = [target.id for target in site.stmt.targets if isinstance(target, ast.Name)]
+    if len(names) != len(site.stmt.targets):
+        return False
+    start = (cell, site.stmt.end_lineno)
+    for name in names:
+        rebound = min(((index, a.stmt.lineno) for index, _facts, a in context.facts.assignments(name)
+                       if a.function is None and (index, a.stmt.lineno) > start), default=None)
+        for index, facts in context.facts.cells_mentioning(name):
+            for load, ancestors in facts.loads(name):
+                if not start < (index, load.lineno) or (rebound is not None and (index, load.lineno) >= rebound):
+                    continue  # before, or a later value of the name's
+                if _binds_locally(ancestors, name):
+                    continue  # a function's own variable of that name
+                if not _shown(load, ancestors):
+                    return False
+    return True
+
+
+def _binds_locally(ancestors, name: str) -> bool:
+    functions = [node for node in ancestors if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))]
+    if not functions:
+        return False
+    function = functions[-1]
+    if isinstance(function, ast.Lambda):
+        return any(argument.arg == name for argument in function.args.args)
+    arguments = function.args.posonlyargs + function.args.args + function.args.kwonlyargs
+    return any(argument.arg == name for argument in arguments) or any(
+        isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Store) for node in ast.walk(function))
+
+
+def _shown(load: ast.Name, ancestors) -> bool:
+    for parent in reversed(ancestors):
+        if isinstance(parent, (ast.Tuple, ast.List)):
+            continue
+        if isinstance(parent, ast.Expr):
+            return True
+        if isinstance(parent, ast.Call) and isinstance(parent.func, ast.Name) and parent.func.id in _SHOWN_BY:
+            return True
+        if isinstance(parent, ast.Subscript) and parent.value is not None:
+            continue
+        return False
+    return False

@@ -974,6 +974,9 @@ def _make_estimator_hook(input_fn_box: dict, steps: Optional[int] = None, max_st
                 data, shuffle, batch_size = input_fn_box["arrays"]
                 _record_arrays(ESTIMATOR_ARRAYS, data, batch_size, shuffle)
             if not self._first_batches:
+                returned = _rows_returned(session, input_fn_box.get("returned"))
+                if returned is not None:
+                    record_input("estimator input_fn", returned, returned, sample=sample_digests(iter([returned])))
                 return
             batches = []
             for initializer, next_element in self._first_batches:
@@ -1025,6 +1028,39 @@ def _make_estimator_hook(input_fn_box: dict, steps: Optional[int] = None, max_st
     return ProbeHook()
 
 
+def _rows_returned(session, returned) -> Any:
+    """What an input_fn returned instead of a dataset (``features, labels``: tensors of the graph, or
+    lists and arrays the Estimator turns into constants), as arrays; None when it cannot be read."""
+    if returned is None:
+        return None
+    import tensorflow as tf
+
+    try:
+        leaves = tf.nest.flatten(returned)
+        tensors = [leaf for leaf in leaves if isinstance(leaf, tf.Tensor) and leaf.graph is session.graph]
+        if not _reads_no_input_stream(tensors):
+            return None  # running them would take a batch from the training's own iterator or queue
+        values = iter(session.run(tensors)) if tensors else iter(())
+        arrays = [next(values) if isinstance(leaf, tf.Tensor) and leaf.graph is session.graph else np.asarray(leaf)
+                  for leaf in leaves]
+        return tf.nest.pack_sequence_as(returned, arrays)
+    except Exception:
+        return None
+
+
+def _reads_no_input_stream(tensors, limit: int = 10000) -> bool:
+    seen, stack = set(), [tensor.op for tensor in tensors]
+    while stack:
+        op = stack.pop()
+        if op.name in seen:
+            continue
+        seen.add(op.name)
+        if len(seen) > limit or "Iterator" in op.type or "Queue" in op.type or op.type.startswith("Reader"):
+            return False
+        stack.extend(tensor.op for tensor in op.inputs)
+    return True
+
+
 def _next_batches(session, next_element):
     """Further batches of an initialized graph-mode iterator, until it ends."""
     import tensorflow as tf
@@ -1069,6 +1105,8 @@ def _wrap_input_fn(input_fn, box: dict):
             if isinstance(result, tf.compat.v1.data.Dataset) or isinstance(result, tf.data.Dataset):
                 box["dataset"] = result
                 box["sharded"] = _graph_has_shard(result)
+            else:  # (features, labels) themselves: the same rows every step
+                box["returned"] = result
         except Exception:
             pass
         return result

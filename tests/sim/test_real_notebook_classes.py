@@ -16,7 +16,10 @@ after ``fix``, every cell runs and the three checks pass.
 * GANs (issue 34, TensorFlow-Examples): noise and labels made in the step with the global batch size beside
   a rank's rows (a shape error on the ranks), two models each with its optimizer (both broadcast, each
   checked), and a TF1 session run updating both (the probes' order differs from rank to rank);
-* an Estimator fed by ``numpy_input_fn``: its queues were not watched (shard and all-reduce "not observed").
+* an Estimator fed by ``numpy_input_fn``: its queues were not watched (shard and all-reduce "not observed");
+* an Estimator whose input_fn returns its literal columns (no dataset: nothing was watched, nothing sharded);
+* a tour of the tape beside the training (a broadcast of constants failed on rank 1; gradients only looked at
+  were aggregated).
 """
 
 import json
@@ -251,7 +254,44 @@ ESTIMATOR_NUMPY_INPUT = [
     "model.train(input_fn, steps=20)",
 ]
 
+ESTIMATOR_LITERAL_INPUT = [
+    "import tensorflow as tf",
+    "featcols = [tf.feature_column.numeric_column('area'),\n"
+    "            tf.feature_column.categorical_column_with_vocabulary_list('type', ['bungalow', 'apartment'])]",
+    "def train_input_fn():\n"
+    "    features = {'area': [1000, 2000, 4000, 1000, 2000, 4000],\n"
+    "                'type': ['bungalow', 'bungalow', 'house', 'apartment', 'apartment', 'apartment']}\n"
+    "    labels = [500, 1000, 1500, 700, 1300, 1900]\n"
+    "    return features, labels",
+    "model = tf.estimator.LinearRegressor(featcols)",
+    "model.train(train_input_fn, steps=20)",
+]
+
+TOUR_OF_THE_TAPE_THEN_TRAINING = [
+    "import tensorflow as tf\n" + DATA +
+    "dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(32)",
+    "w1, w2 = tf.Variable(5.), tf.Variable(3.)\n"
+    "with tf.GradientTape() as tape:\n"
+    "    z = 3 * w1 ** 2 + 2 * w1 * w2\n"
+    "gradients = tape.gradient(z, [w1, w2])",
+    "gradients",
+    "c1, c2 = tf.constant(5.), tf.constant(3.)\n"
+    "with tf.GradientTape() as tape:\n"
+    "    z = 3 * c1 ** 2 + 2 * c1 * c2\n"
+    "gradients = tape.gradient(z, [c1, c2])",
+    "model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(4,))])\n"
+    "optimizer = tf.keras.optimizers.SGD(0.05)\n"
+    "for features, targets in dataset:\n"
+    "    with tf.GradientTape() as tape:\n"
+    "        loss = tf.reduce_mean(tf.square(model(features) - targets))\n"
+    "    gradients = tape.gradient(loss, model.trainable_variables)\n"
+    "    optimizer.apply_gradients(zip(gradients, model.trainable_variables))",
+]
+
 CASES = {
+    "an estimator whose input_fn returns literal columns (issue 34, packt)": (ESTIMATOR_LITERAL_INPUT, "tf1"),
+    "a tour of the tape on scalar variables and constants, then training (issue 34, handson-ml3)":
+        (TOUR_OF_THE_TAPE_THEN_TRAINING, "tf2"),
     "an estimator fed arrays by numpy_input_fn (queues, not a dataset)": (ESTIMATOR_NUMPY_INPUT, "tf1"),
     "a gan: noise and labels of the global batch, two models built on their first call": (GAN_TF2, "tf2"),
     "a tf1 gan: one session run updates two models": (GAN_TF1, "tf1"),
