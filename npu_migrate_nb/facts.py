@@ -238,14 +238,17 @@ def facts_for(source: str) -> CellFacts:
         facts = CellFacts(ipython_syntax.MaskedCell(None))
         facts.unreadable_because = (1, 1, N_("cell too large to analyze ({count:,} characters)"), {"count": len(source)})
         return facts
-    masked = ipython_syntax.mask(source)
+    tree = _python_or_none(source) if ipython_syntax.may_have_ipython(source) else None
+    # Valid Python holds no IPython syntax (a magic, ``!cmd``, ``x?`` is a syntax error at a statement's
+    # start), however many lines start with ``%`` (a formatting continuation): no tokenizing to mask it.
+    masked = ipython_syntax.MaskedCell(source) if tree is not None else ipython_syntax.mask(source)
     facts = CellFacts(masked)
     if not masked.is_python:
         return facts
     try:
         with warnings.catch_warnings():  # the user's invalid escapes ('\d') are theirs to hear about, not ours
             warnings.simplefilter("ignore")
-            facts.tree = ast.parse(masked.code)
+            facts.tree = tree if tree is not None else ast.parse(masked.code)
     except SyntaxError as error:
         facts.unreadable_because = (error.lineno or 1, error.offset or 1, N_("syntax error: {message}"),
                                     {"message": error.msg})
@@ -257,6 +260,15 @@ def facts_for(source: str) -> CellFacts:
     facts.names = frozenset(_IDENTIFIER.findall(masked.code))
     facts.imports = _imports_of(facts.tree.body)
     return facts
+
+
+def _python_or_none(source: str) -> Optional[ast.Module]:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
 
 
 def _imports_of(body: Sequence[ast.stmt]) -> List[ImportFact]:

@@ -48,6 +48,11 @@ class MaskedCell:
         return self.code is not None
 
 
+def may_have_ipython(source: str) -> bool:
+    """A cheap filter: no line that IPython could rewrite, so ``mask`` returns the source as it is."""
+    return bool(_MAYBE_IPYTHON.search(source))
+
+
 def mask(source: str) -> MaskedCell:
     if not _MAYBE_IPYTHON.search(source):
         return MaskedCell(source)

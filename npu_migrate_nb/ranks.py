@@ -292,17 +292,24 @@ def _subscripts(facts: CellFacts) -> List[Tuple[ast.Subscript, Optional[str]]]:
     function (kept with the cell's facts, which are shared by every analysis of the same text)."""
     found = _subscripts_of.get(facts)
     if found is None:
-        found = _subscripts_of[facts] = []
-        stack: List[Tuple[ast.AST, Optional[str]]] = [(facts.tree, None)]
-        while stack:
-            node, function = stack.pop()
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                function = node.name
-            elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and _may_hold_rank(node.slice):
-                found.append((node, function))
-            stack.extend((child, function) for child in ast.iter_child_nodes(node))
+        functions = facts.nodes(ast.FunctionDef, ast.AsyncFunctionDef)
+        found = _subscripts_of[facts] = [
+            (node, _innermost_function(functions, node)) for node in facts.nodes(ast.Subscript)
+            if isinstance(node.ctx, ast.Load) and _may_hold_rank(node.slice)
+        ]
         found.sort(key=lambda entry: (entry[0].lineno, entry[0].col_offset))
     return found
+
+
+def _innermost_function(functions, node: ast.AST) -> Optional[str]:
+    """The name of the innermost of ``functions`` around ``node`` (the one starting last), or None."""
+    around = None
+    position = (node.lineno, node.col_offset)
+    for function in functions:
+        if (function.lineno, function.col_offset) <= position <= (function.end_lineno, function.end_col_offset) \
+                and (around is None or (function.lineno, function.col_offset) > (around.lineno, around.col_offset)):
+            around = function
+    return around.name if around is not None else None
 
 
 def _may_hold_rank(part: ast.AST) -> bool:

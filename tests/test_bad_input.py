@@ -136,6 +136,16 @@ def test_a_shell_command_continued_with_a_backslash_is_ipython_not_a_syntax_erro
     assert json.loads(out)["errors"] == []
 
 
+def test_lines_starting_with_percent_in_valid_python_are_python_and_magics_are_still_masked():
+    from npu_migrate_nb.facts import facts_for
+
+    formatting = 'print("%d of %d"\n      % (1, 2))\nx = 1\n'
+    facts = facts_for(formatting)
+    assert facts.tree is not None and facts.masked.originals == {} and facts.masked.code == formatting
+    magic = facts_for("%matplotlib inline\nx = 1\n")
+    assert magic.tree is not None and list(magic.masked.originals) == [0]
+
+
 def test_old_notebook_format_is_upgraded(tmp_path, capsys):
     v3 = {
         "nbformat": 3, "nbformat_minor": 0, "metadata": {"name": "old"},

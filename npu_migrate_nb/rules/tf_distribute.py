@@ -203,10 +203,9 @@ def facts_segment(use: _Use) -> str:
 
 def _uses(context, name: str) -> Iterator[_Use]:
     for cell, facts in context.facts.cells_mentioning(name):
-        parents = _parents(facts.tree)
-        for node in facts.nodes(ast.Name):
-            if node.id == name and isinstance(node.ctx, ast.Load):
-                yield _Use(cell, facts, node, parents)
+        for node, ancestors in facts.loads(name):
+            chain = ancestors + (node,)  # each node's parent is the one before it: all _Use asks of
+            yield _Use(cell, facts, node, {id(chain[i]): chain[i - 1] for i in range(1, len(chain))})
 
 
 def _parents(tree: ast.AST) -> Dict[int, ast.AST]:
