@@ -31,6 +31,7 @@ OPTIMIZERS = TF1_OPTIMIZERS | KERAS_OPTIMIZERS
 
 # The adapter's Estimator: it adds the broadcast hook itself in TRAIN mode when the rank size is > 1.
 NPU_ESTIMATOR = "npu_bridge.NPUEstimator"
+MODEL_TO_ESTIMATOR = "tensorflow.keras.estimator.model_to_estimator"
 ESTIMATORS = frozenset(
     {
         "tensorflow.estimator.Estimator",
@@ -49,8 +50,26 @@ ESTIMATORS = frozenset(
         "tensorflow.estimator.BaselineClassifier",
         "tensorflow.estimator.BaselineRegressor",
         "tensorflow.estimator.BaselineEstimator",
+        # A compiled Keras model as an Estimator: its model_fn clones the model and reuses a compiled
+        # tf.compat.v1 optimizer as it is (a Keras one is rebuilt from its config: a wrapper is lost).
+        MODEL_TO_ESTIMATOR,
     }
 )
+# A Keras optimizer as the tf.compat.v1.train one that model_to_estimator's clone reuses as it is: the
+# class, then each Keras argument's name there (None: no equivalent), and Keras' defaults that differ
+# from the TF1 class's, written out so that the training keeps Keras' math.
+KERAS_AS_TF1_OPTIMIZERS = {
+    "Adam": ("AdamOptimizer", {"learning_rate": "learning_rate", "lr": "learning_rate", "beta_1": "beta1",
+                               "beta_2": "beta2", "epsilon": "epsilon"}, {"learning_rate": "0.001", "epsilon": "1e-07"}),
+    "SGD": ("GradientDescentOptimizer", {"learning_rate": "learning_rate", "lr": "learning_rate"},
+            {"learning_rate": "0.01"}),
+    "RMSprop": ("RMSPropOptimizer", {"learning_rate": "learning_rate", "lr": "learning_rate", "rho": "decay",
+                                     "momentum": "momentum", "epsilon": "epsilon"},
+                {"learning_rate": "0.001", "epsilon": "1e-07"}),
+    "Adagrad": ("AdagradOptimizer", {"learning_rate": "learning_rate", "lr": "learning_rate",
+                                     "initial_accumulator_value": "initial_accumulator_value"},
+                {"learning_rate": "0.001"}),
+}
 TRAIN_AND_EVALUATE = "tensorflow.estimator.train_and_evaluate"
 MONITORED_SESSION = "tensorflow.train.MonitoredTrainingSession"
 VARIABLE_INITIALIZERS = frozenset(

@@ -27,6 +27,7 @@ Every reason names the call and its cell, so that a person can see why.
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
 from typing import Iterator, Optional, Tuple
 
@@ -167,6 +168,21 @@ def _tf2_only_code(facts: NotebookFacts):
     for cell, cell_facts, site in facts.calls("load"):
         if _written(facts, site) == "tensorflow.saved_model.load" and len(site.node.args) == 1:
             yield cell, cell_facts, site
+    yield from _datasets_iterated_in_python(facts)
+
+
+# A dataset's own methods: ``for x in ds.take(1)`` at a cell's top level iterates it in Python, which only
+# eager execution does (TF1's graph mode raises "only supports Python-style iteration in eager mode").
+_DATASET_METHODS = frozenset({"take", "skip", "batch", "unbatch", "padded_batch", "shuffle", "repeat",
+                              "prefetch", "cache", "filter", "shard"})
+
+
+def _datasets_iterated_in_python(facts: NotebookFacts):
+    for method in sorted(_DATASET_METHODS):
+        for cell, cell_facts, site in facts.calls(method):
+            if site.function is None and site.receiver is not None and any(
+                    isinstance(loop, ast.For) and loop.iter is site.node for loop in cell_facts.nodes(ast.For)):
+                yield cell, cell_facts, site
 
 
 def _compat_v1_calls(facts: NotebookFacts):

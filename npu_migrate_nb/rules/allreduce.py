@@ -371,6 +371,39 @@ class MissingAllreduce(Rule):
             "    grads = npu.distribute.all_reduce(grads, reduction=\"mean\")\n"
             "    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n",
         ),
+        # A compiled Keras model made an Estimator: the clone rebuilds a Keras optimizer from its config (a
+        # wrapper would be lost) and reuses a tf.compat.v1 one: compiled with the wrapped TF1 equivalent,
+        # Keras' defaults written out; the notebook iterates a dataset in Python, so it stays TF2.
+        Example(
+            "import tensorflow as tf\n"
+            "model.compile(loss='mse', optimizer='adam')\n"
+            "for features, labels in input_fn().take(1):\n"
+            "    print(features)\n"
+            "estimator = tf.keras.estimator.model_to_estimator(keras_model=model)\n"
+            "estimator.train(input_fn=input_fn, steps=500)\n",
+            "from npu_device.compat.v1.npu_init import *\n"
+            "import tensorflow as tf\n"
+            "model.compile(loss='mse', optimizer=npu_distributed_optimizer_wrapper(tf.compat.v1.train.AdamOptimizer("
+            "learning_rate=0.001, epsilon=1e-07)))\n"
+            "for features, labels in input_fn().take(1):\n"
+            "    print(features)\n"
+            "estimator = tf.keras.estimator.model_to_estimator(keras_model=model)\n"
+            "estimator.train(input_fn=input_fn, steps=500)\n",
+        ),
+        # The same with the optimizer made beforehand: replaced where it is made, its arguments renamed.
+        Example(
+            "import tensorflow as tf\n"
+            "optimizer = tf.keras.optimizers.SGD(0.1)\n"
+            "model.compile(loss='mse', optimizer=optimizer)\n"
+            "estimator = tf.keras.estimator.model_to_estimator(model)\n"
+            "estimator.train(input_fn=input_fn, steps=500, hooks=npu_hooks_append())\n",
+            "from npu_bridge.npu_init import *\n"
+            "import tensorflow as tf\n"
+            "optimizer = npu_distributed_optimizer_wrapper(tf.compat.v1.train.GradientDescentOptimizer(learning_rate=0.1))\n"
+            "model.compile(loss='mse', optimizer=optimizer)\n"
+            "estimator = tf.keras.estimator.model_to_estimator(model)\n"
+            "estimator.train(input_fn=input_fn, steps=500, hooks=npu_hooks_append())\n",
+        ),
         # TF2 custom loop with a mean loss and the gradient used inline.
         Example(
             "import tensorflow as tf\n"
@@ -613,6 +646,8 @@ class MissingAllreduce(Rule):
         elif "estimator" in context.frameworks:  # the Estimator part of TF2 code trains in a TF1 graph
             findings += self._wrap_tf1_optimizers(context, only_in=_model_fns(context))
             findings += self._canned_estimator_optimizers(context, only_v1=True)
+        if "estimator" in context.frameworks:
+            findings += self._keras_models_as_estimators(context)
         if "keras" in context.frameworks:
             findings += self._wrap_compiled_optimizers(context)
         if "custom-loop" in context.frameworks and not context.tf1:
@@ -623,6 +658,38 @@ class MissingAllreduce(Rule):
             context, _("gradients are not aggregated across ranks, and neither the optimizer nor the gradient "
                        "computation was recognized")
         )
+
+    # -- Keras models made Estimators: the compiled optimizer, as the tf.compat.v1 one the clone reuses
+    def _keras_models_as_estimators(self, context) -> Iterator[Finding]:
+        """``model_to_estimator(keras_model=model)`` clones the model into the Estimator's graph and
+        rebuilds a compiled Keras optimizer from its config (a wrapper on it is lost); a tf.compat.v1
+        optimizer (Keras keeps it in a TFOptimizer) is reused as it is. So the compile is given the
+        wrapped tf.compat.v1 equivalent, with Keras' own defaults written out."""
+        for cell, facts, site in context.facts.calls_to(K.MODEL_TO_ESTIMATOR):
+            model = site.argument(0, "keras_model")
+            compiled = _last_compile_of(context, model, (cell, site.node.lineno)) if isinstance(model, ast.Name) else None
+            if compiled is None:
+                continue  # a model loaded from a path: its optimizer is in the file
+            c_cell, c_facts, c_site = compiled
+            given = c_site.argument(0, "optimizer")
+            if given is not None and _reaches_tf1_optimizer(context, given):
+                continue  # a tf.compat.v1 optimizer: _wrap_tf1_optimizers wraps it where it is made
+            creation = _keras_optimizer_creation(context, c_cell, c_facts, c_site, given)
+            code = None
+            if creation is not None:
+                code = _as_tf1_optimizer(context, None if creation[2] is c_site.node else creation[2])
+            message = _("gradients are not aggregated across ranks: model_to_estimator rebuilds the compiled "
+                        "Keras optimizer from its config, without a wrapper; compile the model with the "
+                        "tf.compat.v1 equivalent wrapped with {wrapper}").format(wrapper=TF1_WRAPPER)
+            if code is None:
+                yield self.finding(c_cell, c_facts, given or c_site.node, _("{message} (by hand: {optimizer})").format(
+                    message=message, optimizer=c_facts.segment(given) if given is not None else "rmsprop"))
+                continue
+            o_cell, o_facts, node = creation
+            code = f"{TF1_WRAPPER}({code})"
+            edit = add_argument(o_cell, o_facts, node, f"optimizer={code}", [NEEDS_NPU_BRIDGE]) \
+                if node is c_site.node else replace(o_cell, o_facts, node, code, [NEEDS_NPU_BRIDGE])
+            yield self.finding(o_cell, o_facts, node, message, [edit])
 
     # -- NPUOptimizer: all-reduces only with is_distributed=True
     def _set_is_distributed(self, context) -> Iterator[Finding]:
@@ -824,6 +891,67 @@ class MissingAllreduce(Rule):
             if (cell, edit.start) not in seen:
                 seen.add((cell, edit.start))
                 yield self.finding(cell, facts, site.node if creation else optimizer, message, [edit])
+
+
+def _last_compile_of(context, model: ast.Name, before: Tuple[int, int]):
+    compiles = [(cell, facts, site) for cell, facts, site in context.facts.calls("compile")
+                if site.receiver is not None and dotted_name(site.receiver) == model.id
+                and (cell, site.node.lineno) <= before]
+    return compiles[-1] if compiles else None
+
+
+def _keras_optimizer_creation(context, cell: int, facts: CellFacts, compile_site: CallSite, given):
+    """(cell, facts, node) to replace: the string or ``tf.keras.optimizers.X(...)`` given to compile, the
+    creation of the one name it is given (bound once), or the compile call itself when it gives none
+    (Keras' default, rmsprop); None when it cannot be seen."""
+    if given is None:
+        return cell, facts, compile_site.node
+    if _is_string(given) or isinstance(given, ast.Call):
+        return cell, facts, given
+    if isinstance(given, ast.Name):
+        bound = [(c, f, a) for c, f, a in context.facts.assignments(given.id) if not a.tuple_target]
+        if len(bound) == 1 and isinstance(bound[0][2].value, ast.Call):
+            return bound[0][0], bound[0][1], bound[0][2].value
+    return None
+
+
+def _as_tf1_optimizer(context, node: Optional[ast.expr]) -> Optional[str]:
+    """``tf.compat.v1.train.AdamOptimizer(learning_rate=0.001, epsilon=1e-07)`` for ``'adam'`` or
+    ``tf.keras.optimizers.Adam()`` (None: compile's default, rmsprop); None for an optimizer or an
+    argument with no TF1 equivalent written here."""
+    if node is None:
+        name, given = "RMSprop", {}
+    elif isinstance(node, ast.Constant):
+        name, given = K.KERAS_OPTIMIZER_STRINGS.get(str(node.value).lower()), {}
+    elif isinstance(node, ast.Call) and context.facts.resolve(dotted_name(node.func) or "") in K.KERAS_OPTIMIZERS:
+        name = context.facts.resolve(dotted_name(node.func)).rsplit(".", 1)[-1]
+        if len(node.args) > 1 or any(isinstance(a, ast.Starred) for a in node.args) or \
+                any(k.arg is None for k in node.keywords):
+            return None
+        given = {k.arg: k.value for k in node.keywords}
+        if node.args:
+            given["learning_rate"] = node.args[0]
+    else:
+        return None
+    if name not in K.KERAS_AS_TF1_OPTIMIZERS:
+        return None
+    tf1_class, renames, defaults = K.KERAS_AS_TF1_OPTIMIZERS[name]
+    if any(argument not in renames for argument in given):
+        return None  # clipnorm, amsgrad, a schedule's name...: no TF1 equivalent written here
+    arguments = dict(defaults)
+    for argument, value in given.items():
+        arguments.pop(argument, None)
+        arguments[renames[argument]] = ast.unparse(value)
+    written = ", ".join(f"{key}={value}" for key, value in arguments.items())
+    return f"{_tensorflow_v1_prefix(context)}.train.{tf1_class}({written})"
+
+
+def _tensorflow_v1_prefix(context) -> str:
+    """``tf.compat.v1``, which TensorFlow 1.15 and 2 both have (``tf.train.AdamOptimizer`` is TF1's only),
+    or the notebook's own alias of it."""
+    if context.facts.resolve(context.tf) == "tensorflow.compat.v1":
+        return context.tf
+    return f"{context.tf}.compat.v1"
 
 
 def _model_fns(context) -> set:

@@ -127,6 +127,12 @@ class TfDistributeLeftover(Rule):
             _PRELUDE + "with tf.distribute.get_strategy().scope(), tf.device('/cpu:0'):\n"
             "    model = make_model()\n",
         ),
+        # An Estimator's RunConfig given the strategy: each rank trains one copy (RunConfig's default).
+        Example(
+            _PRELUDE + "strategy = tf.distribute.MirroredStrategy()\n"
+            "config = tf.estimator.RunConfig(train_distribute=strategy, eval_distribute=strategy)\n",
+            _PRELUDE + "config = tf.estimator.RunConfig(train_distribute=None, eval_distribute=None)\n",
+        ),
         # A strategy not kept in a name: reported, nothing is changed.
         Example(_PRELUDE + "with tf.distribute.MirroredStrategy().scope():\n    model = make_model()\n"),
         # A use with no counterpart (the strategy's internals): reported, nothing is changed.
@@ -212,10 +218,18 @@ def _parents(tree: ast.AST) -> Dict[int, ast.AST]:
     return {id(child): node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
 
 
+# RunConfig's arguments that hand an Estimator's training or evaluation to a strategy.
+_RUN_CONFIG_STRATEGIES = frozenset({"train_distribute", "eval_distribute"})
+
+
 def _convert(context, use: _Use) -> Conversion:
     if use.attribute == "num_replicas_in_sync" and use.call is None:
         return _("one replica per rank: the replica count is the rank count"), [
             replace(use.cell, use.facts, use.outer, K.RANK_SIZE_EXPR, [NEEDS_OS])]
+    keyword = use.parent_of_outer
+    if use.attribute is None and isinstance(keyword, ast.keyword) and keyword.arg in _RUN_CONFIG_STRATEGIES:
+        return _("the Estimator trains one copy on each rank: {argument}=None, RunConfig's default").format(
+            argument=keyword.arg), [replace(use.cell, use.facts, use.node, "None")]
     converter = _CALLS.get(use.attribute) if use.call is not None else None
     if converter is None:
         return _("no counterpart on Ascend"), None

@@ -13,6 +13,7 @@ from __future__ import annotations
 import faulthandler
 import functools
 import inspect
+import importlib
 import json
 import os
 import random
@@ -382,6 +383,9 @@ def enter_tf1_mode() -> None:
     real = sys.modules["tensorflow"]
     # Resolve lazily-loaded parts now, while the real module is still the one in sys.modules.
     _ = (real.keras, real.estimator, tf.compat.v1.layers, tf.compat.v1.estimator)
+    # model_to_estimator's module reads TF2's names (tf.keras.optimizers.experimental) when it runs:
+    # imported now, it keeps the real module, as TensorFlow 1.15's own did.
+    importlib.import_module("tensorflow_estimator.python.estimator.keras_lib")
     sys.modules["tensorflow"] = tf.compat.v1
 
 

@@ -18,6 +18,8 @@ after ``fix``, every cell runs and the three checks pass.
   checked), and a TF1 session run updating both (the probes' order differs from rank to rank);
 * an Estimator fed by ``numpy_input_fn``: its queues were not watched (shard and all-reduce "not observed");
 * an Estimator whose input_fn returns its literal columns (no dataset: nothing was watched, nothing sharded);
+* a compiled Keras model made an Estimator (``model_to_estimator``: its clone rebuilds a Keras optimizer
+  from its config, so the fix compiles the wrapped tf.compat.v1 equivalent, which the clone reuses);
 * a tour of the tape beside the training (a broadcast of constants failed on rank 1; gradients only looked at
   were aggregated).
 """
@@ -288,7 +290,18 @@ TOUR_OF_THE_TAPE_THEN_TRAINING = [
     "    optimizer.apply_gradients(zip(gradients, model.trainable_variables))",
 ]
 
+KERAS_MODEL_AS_ESTIMATOR = [
+    "import tensorflow as tf\n" + DATA,
+    "model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(4,), name='dense')])\n"
+    "model.compile(loss='mse', optimizer='sgd')",
+    "def input_fn():\n"
+    "    return tf.data.Dataset.from_tensor_slices(({'dense_input': x}, y)).batch(32).repeat()",
+    "estimator = tf.keras.estimator.model_to_estimator(keras_model=model)\n"
+    "estimator.train(input_fn=input_fn, steps=20)",
+]
+
 CASES = {
+    "a compiled keras model made an estimator (issue 34, tensorflow docs and packt)": (KERAS_MODEL_AS_ESTIMATOR, "tf1"),
     "an estimator whose input_fn returns literal columns (issue 34, packt)": (ESTIMATOR_LITERAL_INPUT, "tf1"),
     "a tour of the tape on scalar variables and constants, then training (issue 34, handson-ml3)":
         (TOUR_OF_THE_TAPE_THEN_TRAINING, "tf2"),
