@@ -67,6 +67,10 @@ def _reads(context, batch: str, steps: Sequence[Step]) -> Iterator[Tuple[int, Ce
             continue  # the function's own batch_size, not the notebook's
         graph_only = isinstance(scope, ast.Module)  # a TF1 cell building the graph: its TensorFlow ops only
         for node in _walk_body(scope):
+            if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Slice):
+                for read in _slice_bound_reads(scope, node.slice, batch):
+                    yield cell, facts, read
+                continue
             if not isinstance(node, ast.Call):
                 continue
             read = _sizing_read(context, node, batch, graph_only)
@@ -76,6 +80,24 @@ def _reads(context, batch: str, steps: Sequence[Step]) -> Iterator[Tuple[int, Ce
                 called = context.facts.function(node.func.id)
                 if called is not None:
                     pending.append((called[0], called[1], called[2], depth - 1))
+
+
+def _slice_bound_reads(scope: ast.AST, part: ast.Slice, batch: str) -> Iterator[ast.Name]:
+    """``x[i * tower_batch:(i + 1) * tower_batch]`` in a step, ``tower_batch = int(batch_size / towers)``
+    beside it (multi-GPU towers): the rank's batch has a rank's rows, so offsets counted in the global
+    batch point past its end (empty towers)."""
+    for bound in (part.lower, part.upper):
+        for name in (node for node in ast.walk(bound) if isinstance(node, ast.Name)) if bound is not None else ():
+            if name.id == batch and isinstance(name.ctx, ast.Load):
+                yield name
+                continue
+            for value in _local_values(scope, name.id):
+                yield from (node for node in ast.walk(value) if _named(node, batch) is not None)
+
+
+def _local_values(scope: ast.AST, name: str) -> List[ast.expr]:
+    return [node.value for node in _walk_body(scope) if isinstance(node, ast.Assign) and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name) and node.targets[0].id == name]
 
 
 def _walk_body(scope: ast.AST) -> Iterator[ast.AST]:

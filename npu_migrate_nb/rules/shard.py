@@ -442,6 +442,42 @@ class MissingShard(Rule):
             "rank_size, rank_id = int(os.getenv('RANK_SIZE', '1')), int(os.getenv('RANK_ID', '0'))\n"
             "model.fit(x_train[rank_id::rank_size], y_train[rank_id::rank_size], batch_size=128 // rank_size, epochs=2)\n",
         ),
+        # Multi-GPU towers (TensorFlow-Examples): the rank's batch is cut into towers by offsets counted in
+        # the global batch, which pointed past the end of a rank's rows (empty towers): counted in the rank's.
+        Example(
+            'import tensorflow as tf\n'
+            'batch_size = 64\n'
+            'towers = 2\n'
+            'train_data = tf.data.Dataset.from_tensor_slices((x, y)).batch(batch_size)\n'
+            'def run_optimization(x, y):\n'
+            '    tower_grads = []\n'
+            '    tower_batch = int(batch_size / towers)\n'
+            '    for i in range(towers):\n'
+            '        with tf.GradientTape() as tape:\n'
+            '            loss = loss_fn(model(x[i * tower_batch:(i + 1) * tower_batch]), y[i * tower_batch:(i + 1) * tower_batch])\n'
+            '        tower_grads.append(tape.gradient(loss, model.trainable_variables))\n'
+            '    optimizer.apply_gradients(zip(average(tower_grads), model.trainable_variables))\n'
+            'for batch_x, batch_y in train_data:\n'
+            '    run_optimization(batch_x, batch_y)\n',
+            'import tensorflow as tf\n'
+            'import npu_device as npu\n'
+            'npu.open().as_default()\n'
+            'batch_size = 64\n'
+            'towers = 2\n'
+            'train_data = tf.data.Dataset.from_tensor_slices((x, y))\n'
+            'train_data, rank_batch_size = npu.distribute.shard_and_rebatch_dataset(train_data, batch_size)\n'
+            'train_data = train_data.batch(rank_batch_size)\n'
+            'def run_optimization(x, y):\n'
+            '    tower_grads = []\n'
+            '    tower_batch = int(rank_batch_size / towers)\n'
+            '    for i in range(towers):\n'
+            '        with tf.GradientTape() as tape:\n'
+            '            loss = loss_fn(model(x[i * tower_batch:(i + 1) * tower_batch]), y[i * tower_batch:(i + 1) * tower_batch])\n'
+            '        tower_grads.append(tape.gradient(loss, model.trainable_variables))\n'
+            '    optimizer.apply_gradients(zip(average(tower_grads), model.trainable_variables))\n'
+            'for batch_x, batch_y in train_data:\n'
+            '    run_optimization(batch_x, batch_y)\n',
+        ),
         # An Estimator's input_fn returning literal columns, no dataset: each rank returns its rows of each.
         Example(
             "from npu_bridge.npu_init import *\nimport tensorflow as tf\n"

@@ -1310,6 +1310,8 @@ def _wrap_apply_gradients(original):
 
         grads_and_vars = list(grads_and_vars)
         variables = [v for g, v in grads_and_vars if g is not None]
+        if not variables:  # updates nothing (a model built by this very step's call): not a training step
+            return original(self, grads_and_vars, *args, **kwargs)
         if tf.executing_eagerly():
             _loop_tracker.on_step(variables, lambda: _read_without_copying(variables))
             return original(self, grads_and_vars, *args, **kwargs)

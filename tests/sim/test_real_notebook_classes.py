@@ -20,6 +20,8 @@ after ``fix``, every cell runs and the three checks pass.
 * an Estimator whose input_fn returns its literal columns (no dataset: nothing was watched, nothing sharded);
 * a compiled Keras model made an Estimator (``model_to_estimator``: its clone rebuilds a Keras optimizer
   from its config, so the fix compiles the wrapped tf.compat.v1 equivalent, which the clone reuses);
+* multi-GPU towers cutting the batch by offsets of the global batch (empty towers on the ranks), the first
+  step's update of no variable (the model is built by that step) taken for the start of training;
 * a tour of the tape beside the training (a broadcast of constants failed on rank 1; gradients only looked at
   were aggregated).
 """
@@ -300,7 +302,34 @@ KERAS_MODEL_AS_ESTIMATOR = [
     "estimator.train(input_fn=input_fn, steps=20)",
 ]
 
+MULTI_GPU_TOWERS = [
+    "import tensorflow as tf\n" + DATA +
+    "batch_size, towers = 32, 2\n"
+    "dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(batch_size)",
+    "class Linear(tf.keras.Model):\n"
+    "    def __init__(self):\n"
+    "        super().__init__()\n"
+    "        self.dense = tf.keras.layers.Dense(1)\n"
+    "    def call(self, inputs):\n"
+    "        return self.dense(inputs)\n"
+    "model = Linear()\n"
+    "optimizer = tf.keras.optimizers.SGD(0.05)",
+    "def run_optimization(x, y):\n"
+    "    variables = model.trainable_variables  # empty until the first step builds the model\n"
+    "    tower_batch = int(batch_size / towers)\n"
+    "    tower_grads = []\n"
+    "    for i in range(towers):\n"
+    "        with tf.GradientTape() as tape:\n"
+    "            loss = tf.reduce_mean(tf.square(model(x[i * tower_batch:(i + 1) * tower_batch]) - y[i * tower_batch:(i + 1) * tower_batch]))\n"
+    "        tower_grads.append(tape.gradient(loss, variables))\n"
+    "    gradients = [tf.reduce_mean(tf.stack(g), 0) for g in zip(*tower_grads)]\n"
+    "    optimizer.apply_gradients(zip(gradients, variables))",
+    "for batch_x, batch_y in dataset:\n"
+    "    run_optimization(batch_x, batch_y)",
+]
+
 CASES = {
+    "multi-gpu towers, a model the first step builds (issue 34)": (MULTI_GPU_TOWERS, "tf2"),
     "a compiled keras model made an estimator (issue 34, tensorflow docs and packt)": (KERAS_MODEL_AS_ESTIMATOR, "tf1"),
     "an estimator whose input_fn returns literal columns (issue 34, packt)": (ESTIMATOR_LITERAL_INPUT, "tf1"),
     "a tour of the tape on scalar variables and constants, then training (issue 34, handson-ml3)":
