@@ -258,7 +258,10 @@ def run_on_ranks(path: str, ranks: int, timeout: float, home: str, proof_steps: 
 def _failure_text(cell) -> str:
     texts = [rank.error for rank in cell.ranks if rank.error] or [cell.message or cell.status]
     lines = [line.strip() for line in texts[0].splitlines() if line.strip()]
-    tail = lines[-1] if lines else cell.status
+    # TensorFlow ends a graph error with the op's creation stack ("File ... in from_node_def"): the
+    # error is the last line that names one.
+    errors = [line for line in lines if re.match(r"[\w.]*(Error|Exception)\b", line)]
+    tail = errors[-1] if errors else (lines[-1] if lines else cell.status)
     return (cell.message or tail) if cell.status == "timeout" else tail
 
 

@@ -105,7 +105,8 @@ DATASET_SOURCES = frozenset(
 )
 BATCH_METHODS = frozenset({"batch", "padded_batch"})
 # TF1 Estimator input functions made from arrays: (their batch_size default).
-NUMPY_INPUT_FNS = {"tensorflow.estimator.inputs.numpy_input_fn": 128}
+NUMPY_INPUT_FNS = {"tensorflow.estimator.inputs.numpy_input_fn": 128,
+                   "tensorflow.estimator.inputs.pandas_input_fn": 128}  # a DataFrame's rows slice alike
 # Keras utilities that return a BATCHED dataset: (their batch_size default, whether they shuffle by default).
 BATCHED_SOURCE_DEFAULTS = {
     "image_dataset_from_directory": (32, True),

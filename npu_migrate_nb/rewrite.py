@@ -426,7 +426,14 @@ class _FillHoles(cst.CSTTransformer):
         self.filled = filled
 
     def leave_Name(self, original_node, updated_node):
-        return self.filled.get(original_node.value, updated_node)
+        filled = self.filled.get(original_node.value)
+        if filled is None:
+            return updated_node
+        if updated_node.lpar and hasattr(filled, "lpar") and not filled.lpar:
+            # ``({array})[rank_slice]``: the template's parentheses are the hole's, and must stay around
+            # what fills it (``ys / SCALE`` sliced is ``(ys / SCALE)[...]``, not ``ys / SCALE[...]``)
+            filled = filled.with_changes(lpar=updated_node.lpar, rpar=updated_node.rpar)
+        return filled
 
 
 def _keys_as_ast_counts(node: cst.BaseExpression, key) -> List[tuple]:

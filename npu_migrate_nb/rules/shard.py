@@ -513,6 +513,37 @@ class MissingShard(Rule):
             "model.fit(X_train[rank_id::rank_size], y_train[rank_id::rank_size], epochs=2, "
             "sample_weight=sample_weight[rank_id::rank_size], batch_size=32 // rank_size)\n",
         ),
+        # An array computed in the call is sliced whole, in parentheses (``x / 255.0[...]`` would slice the number).
+        Example(
+            "import tensorflow as tf\n"
+            "model.compile(optimizer='adam', loss='mse')\n"
+            "model.fit(x_train / 255.0, y_train, epochs=2)\n",
+            "import tensorflow as tf\n"
+            "import os\n"
+            "model.compile(optimizer='adam', loss='mse')\n"
+            "rank_size, rank_id = int(os.getenv('RANK_SIZE', '1')), int(os.getenv('RANK_ID', '0'))\n"
+            "model.fit((x_train / 255.0)[rank_id::rank_size], y_train[rank_id::rank_size], epochs=2, "
+            "batch_size=32 // rank_size)\n",
+        ),
+        # pandas_input_fn: a DataFrame's and a Series' rows slice as an array's.
+        Example(
+            "import tensorflow as tf\n"
+            "train_input_fn = tf.compat.v1.estimator.inputs.pandas_input_fn(x=traindf[columns], "
+            "y=traindf['value'] / SCALE, batch_size=100, num_epochs=None, shuffle=True)\n"
+            "estimator = tf.compat.v1.estimator.LinearRegressor(feature_columns=cols, "
+            "optimizer=npu_distributed_optimizer_wrapper(tf.compat.v1.train.FtrlOptimizer(0.01)))\n"
+            "estimator.train(train_input_fn, steps=100, hooks=npu_hooks_append())\n",
+            "from npu_bridge.npu_init import *\n"
+            "import tensorflow as tf\n"
+            "import os\n"
+            "train_input_fn = tf.compat.v1.estimator.inputs.pandas_input_fn(x=traindf[columns][int(os.getenv('RANK_ID', '0'))"
+            "::int(os.getenv('RANK_SIZE', '1'))], y=(traindf['value'] / SCALE)[int(os.getenv('RANK_ID', '0'))::"
+            "int(os.getenv('RANK_SIZE', '1'))], batch_size=100 // int(os.getenv('RANK_SIZE', '1')), num_epochs=None, "
+            "shuffle=True)\n"
+            "estimator = tf.compat.v1.estimator.LinearRegressor(feature_columns=cols, "
+            "optimizer=npu_distributed_optimizer_wrapper(tf.compat.v1.train.FtrlOptimizer(0.01)))\n"
+            "estimator.train(train_input_fn, steps=100, hooks=npu_hooks_append())\n",
+        ),
         # A Python list of samples slices like an array.
         Example(
             "import tensorflow as tf\n"

@@ -2,7 +2,8 @@
 shard of ITS permutation, so ranks read overlapping samples and miss others.
 
 The same for the Keras utilities that shuffle by themselves (``image_dataset_from_directory`` & co.):
-each rank draws its own seed unless one is given. The fix gives the shuffle one seed, the same on every
+each rank draws its own seed unless one is given; and for scikit-learn's ``train_test_split``, whose split
+differs from rank to rank (a rank trains on rows another holds out). The fix gives the shuffle one seed, the same on every
 rank (a shuffle after the shard needs none).
 """
 
@@ -27,6 +28,11 @@ class UnseededShuffle(Rule):
     severity = "error"
 
     VALID = [
+        # Split with one seed, or not shuffled: the same split on every rank.
+        "import tensorflow as tf\nfrom sklearn.model_selection import train_test_split\n"
+        "a, b = train_test_split(x, test_size=0.2, random_state=42)\nmodel.compile('adam', 'mse')\nmodel.fit(a, a)\n",
+        "import tensorflow as tf\nfrom sklearn.model_selection import train_test_split\n"
+        "a, b = train_test_split(x, shuffle=False)\nmodel.compile('adam', 'mse')\nmodel.fit(a, a)\n",
         "import os\nds = ds.shuffle(64, seed=7).shard(int(os.getenv('RANK_SIZE', '1')), int(os.getenv('RANK_ID', '0')))\n",
         # Shuffled after the shard: each rank shuffles its own samples, no seed needed.
         "import os\nds = ds.shard(int(os.getenv('RANK_SIZE', '1')), int(os.getenv('RANK_ID', '0'))).shuffle(64)\n",
@@ -48,6 +54,15 @@ class UnseededShuffle(Rule):
             "import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\n"
             "ds = tf.data.Dataset.from_tensor_slices(x).shuffle(1000, seed=1234)\n"
             "ds, bs = npu.distribute.shard_and_rebatch_dataset(ds, 64)\n",
+        ),
+        # scikit-learn's split shuffles with each process's own seed: the ranks hold out different rows.
+        Example(
+            "import tensorflow as tf\nfrom sklearn.model_selection import train_test_split\n"
+            "x_train, x_test, y_train, y_test = train_test_split(x, y, test_size=0.2)\n"
+            "model.compile(optimizer='adam', loss='mse')\nmodel.fit(x_train, y_train, epochs=2)\n",
+            "import tensorflow as tf\nfrom sklearn.model_selection import train_test_split\n"
+            "x_train, x_test, y_train, y_test = train_test_split(x, y, test_size=0.2, random_state=1234)\n"
+            "model.compile(optimizer='adam', loss='mse')\nmodel.fit(x_train, y_train, epochs=2)\n",
         ),
         # A Keras utility shuffles by itself, with a seed of its own on each rank.
         Example(
@@ -73,7 +88,25 @@ class UnseededShuffle(Rule):
                       "it seed={seed}, the same on every rank (or shuffle after the shard)").format(seed=K.SHARED_SEED),
                     [add_argument(cell, facts, shuffle, f"seed={K.SHARED_SEED}")],
                 )
-        return list(found.values())
+        return list(found.values()) + list(self._unseeded_splits(context))
+
+    def _unseeded_splits(self, context) -> Iterator[Finding]:
+        """scikit-learn's ``train_test_split`` shuffles with a seed of its own in each process."""
+        if not context.frameworks:
+            return
+        for cell, facts, site in context.facts.calls_to(*_RANDOM_SPLITS):
+            shuffle = site.keyword("shuffle")
+            if site.keyword("random_state") is not None or (
+                    shuffle is not None and isinstance(shuffle.value, ast.Constant) and shuffle.value.value is False):
+                continue
+            yield self.finding(cell, facts, site.node, _(
+                "{function} shuffles with a seed of its own on each rank: the ranks split the data differently (one "
+                "rank trains on rows another holds out, and their shards overlap); give it random_state={seed}, the "
+                "same on every rank").format(function=site.method, seed=K.SHARED_SEED),
+                [add_argument(cell, facts, site.node, f"random_state={K.SHARED_SEED}")])
+
+
+_RANDOM_SPLITS = ("sklearn.model_selection.train_test_split", "sklearn.cross_validation.train_test_split")
 
 
 def _sharded_pipelines(context) -> Iterator[Tuple[int, CellFacts, ast.expr, Optional[str], int]]:

@@ -1083,6 +1083,8 @@ def _wrap_numpy_input_fn(original):
         try:
             arguments = signature.bind(*args, **kwargs).arguments
             x, y = arguments.get("x"), arguments.get("y")
+            if original.__name__ == "pandas_input_fn":  # a DataFrame and a Series: their rows as arrays
+                x, y = np.asarray(x), (np.asarray(y) if y is not None else None)
             input_fn._npu_arrays = ([x, y] if y is not None else [x], arguments.get("shuffle"),
                                     arguments.get("batch_size", 128))
         except (TypeError, AttributeError):
@@ -1704,14 +1706,15 @@ def install(seed: Optional[int] = None) -> None:
         import tensorflow_estimator.python.estimator.estimator as estimator_module
 
         _patch(estimator_module.Estimator, "train", _wrap_estimator_train)
-        from tensorflow_estimator.python.estimator.inputs import numpy_io
+        from tensorflow_estimator.python.estimator.inputs import numpy_io, pandas_io
 
-        # The function is bound by name in the public API's modules too: each gets the wrapped one.
-        wrapped = _wrap_numpy_input_fn(numpy_io.numpy_input_fn) \
-            if not getattr(numpy_io.numpy_input_fn, "_npu_probe", False) else numpy_io.numpy_input_fn
-        for owner in (numpy_io, tf.compat.v1.estimator.inputs, getattr(tf.estimator, "inputs", None)):
-            if owner is not None and getattr(owner, "numpy_input_fn", None) is not None:
-                owner.numpy_input_fn = wrapped
+        # The functions are bound by name in the public API's modules too: each gets the wrapped one.
+        for module, name in ((numpy_io, "numpy_input_fn"), (pandas_io, "pandas_input_fn")):
+            original = getattr(module, name)
+            wrapped = original if getattr(original, "_npu_probe", False) else _wrap_numpy_input_fn(original)
+            for owner in (module, tf.compat.v1.estimator.inputs, getattr(tf.estimator, "inputs", None)):
+                if owner is not None and getattr(owner, name, None) is not None:
+                    setattr(owner, name, wrapped)
         _patch(estimator_module.Estimator, "evaluate", lambda original: _wrap_evaluate(original, "estimator evaluate"))
     except ImportError:
         pass

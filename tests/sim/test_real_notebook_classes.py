@@ -22,6 +22,7 @@ after ``fix``, every cell runs and the three checks pass.
   from its config, so the fix compiles the wrapped tf.compat.v1 equivalent, which the clone reuses);
 * multi-GPU towers cutting the batch by offsets of the global batch (empty towers on the ranks), the first
   step's update of no variable (the model is built by that step) taken for the start of training;
+* scikit-learn's ``train_test_split`` with each process's own seed: each rank shards a different split;
 * a tour of the tape beside the training (a broadcast of constants failed on rank 1; gradients only looked at
   were aggregated).
 """
@@ -328,7 +329,16 @@ MULTI_GPU_TOWERS = [
     "    run_optimization(batch_x, batch_y)",
 ]
 
+SPLIT_PER_RANK = [
+    "import tensorflow as tf\nfrom sklearn.model_selection import train_test_split\n" + DATA +
+    "x_train, x_test, y_train, y_test = train_test_split(x, y, test_size=0.25)",
+    "model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(4,))])\n"
+    "model.compile(optimizer=tf.keras.optimizers.SGD(0.05), loss='mse')\n"
+    "model.fit(x_train, y_train, batch_size=32, epochs=2, verbose=0)",
+]
+
 CASES = {
+    "train_test_split with each rank's own seed (issue 34)": (SPLIT_PER_RANK, "tf2"),
     "multi-gpu towers, a model the first step builds (issue 34)": (MULTI_GPU_TOWERS, "tf2"),
     "a compiled keras model made an estimator (issue 34, tensorflow docs and packt)": (KERAS_MODEL_AS_ESTIMATOR, "tf1"),
     "an estimator whose input_fn returns literal columns (issue 34, packt)": (ESTIMATOR_LITERAL_INPUT, "tf1"),
