@@ -114,11 +114,15 @@ BATCHED_SOURCE_DEFAULTS = {
     "audio_dataset_from_directory": (32, True),
     "timeseries_dataset_from_array": (128, False),
 }
+# tf.data's CSV reader batches (its batch size is its second argument, required) and shuffles by itself.
+BATCHED_SOURCE_DEFAULTS["make_csv_dataset"] = (None, True)
+BATCH_POSITIONS = {"make_csv_dataset": 1}  # the others' batch_size is given by name
+SEED_KEYWORDS = {"make_csv_dataset": "shuffle_seed"}  # the others' is ``seed``
 BATCHED_SOURCES = frozenset(
     f"tensorflow.keras.{module}.{name}"
     for name in BATCHED_SOURCE_DEFAULTS
     for module in ("utils", "preprocessing", "preprocessing.image", "preprocessing.text", "preprocessing.timeseries")
-)
+) | {"tensorflow.data.experimental.make_csv_dataset"}
 # The seed a fix gives a shuffle that comes before the shard: the same on every rank, so that the ranks'
 # shards of one permutation are disjoint.
 SHARED_SEED = 1234

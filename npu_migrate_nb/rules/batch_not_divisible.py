@@ -89,10 +89,12 @@ def _batch_sizes(context):
         keyword = site.keyword("batch_size")
         if keyword is not None:
             yield cell, facts, site, keyword.value
-    for cell, facts, site in context.facts.calls(*K.BATCHED_SOURCE_DEFAULTS):  # Keras utilities that batch
-        keyword = site.keyword("batch_size")
-        if keyword is not None:
-            yield cell, facts, site, keyword.value
+    for cell, facts, site in context.facts.calls(*K.BATCHED_SOURCE_DEFAULTS):  # sources that batch
+        position = K.BATCH_POSITIONS.get(site.method)
+        size = site.argument(position, "batch_size") if position is not None else (
+            site.keyword("batch_size").value if site.keyword("batch_size") is not None else None)
+        if size is not None:
+            yield cell, facts, site, size
 
 
 def global_batch_value(context, size: ast.expr) -> Optional[int]:

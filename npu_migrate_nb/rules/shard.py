@@ -478,6 +478,24 @@ class MissingShard(Rule):
             'for batch_x, batch_y in train_data:\n'
             '    run_optimization(batch_x, batch_y)\n',
         ),
+        # tf.data's CSV reader batches and shuffles by itself (the Iris tutorial of TensorFlow's courses): one
+        # shuffle seed on every rank, then each rank its rows of each global batch.
+        Example(
+            "import os\nimport tensorflow as tf\n"
+            "train_dataset = tf.data.experimental.make_csv_dataset(train_fp, 32, label_name='species', num_epochs=1)\n"
+            "for x, y in train_dataset:\n"
+            "    with tf.GradientTape() as tape:\n"
+            "        loss = loss_fn(y, model(x))\n"
+            "    optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))\n",
+            "import os\nimport tensorflow as tf\n"
+            "train_dataset = tf.data.experimental.make_csv_dataset(train_fp, 32, label_name='species', num_epochs=1, "
+            "shuffle_seed=1234).unbatch().shard(int(os.getenv('RANK_SIZE', '1')), int(os.getenv('RANK_ID', '0')))"
+            ".batch(32 // int(os.getenv('RANK_SIZE', '1')))\n"
+            "for x, y in train_dataset:\n"
+            "    with tf.GradientTape() as tape:\n"
+            "        loss = loss_fn(y, model(x))\n"
+            "    optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))\n",
+        ),
         # An Estimator's input_fn returning literal columns, no dataset: each rank returns its rows of each.
         Example(
             "from npu_bridge.npu_init import *\nimport tensorflow as tf\n"
@@ -1137,13 +1155,13 @@ class MissingShard(Rule):
     # -- Keras utilities that batch (and shuffle) by themselves
     def _shard_batched_source(self, context, cell, facts: CellFacts, source: CallSite) -> Finding:
         default_batch, _shuffles = K.BATCHED_SOURCE_DEFAULTS[source.method]
-        size = source.keyword("batch_size")
-        global_batch = facts.segment(size.value) if size is not None else str(default_batch)
-        value = global_batch_value(context, size.value) if size is not None else default_batch
+        size = batch_size_of(source)
+        global_batch = facts.segment(size) if size is not None else str(default_batch)
+        value = global_batch_value(context, size) if size is not None else default_batch
         if value is not None and value < context.options.ranks:
             per_rank = global_batch  # too small to split (batch-not-divisible says so): each rank keeps it
         else:
-            per_rank = (global_batch if size is None or _is_simple(size.value) else f"({global_batch})") \
+            per_rank = (global_batch if size is None or _is_simple(size) else f"({global_batch})") \
                 + f" // {K.RANK_SIZE_EXPR}"
         call = with_shared_seed(facts, source) if needs_shared_seed(source) else facts.segment(source.node)
         code = f"{call}.unbatch().shard({K.RANK_SIZE_EXPR}, {K.RANK_ID_EXPR}).batch({per_rank})"
@@ -1570,18 +1588,31 @@ def is_validation_subset(site: CallSite) -> bool:
     return subset is not None and isinstance(subset.value, ast.Constant) and subset.value.value == "validation"
 
 
+def batch_size_of(source: CallSite) -> Optional[ast.expr]:
+    """The global batch a batched source is given (by name, or at its place for tf.data's CSV reader)."""
+    position = K.BATCH_POSITIONS.get(source.method)
+    if position is not None:
+        return source.argument(position, "batch_size")
+    keyword = source.keyword("batch_size")
+    return keyword.value if keyword is not None else None
+
+
+def seed_keyword(method: str) -> str:
+    return K.SEED_KEYWORDS.get(method, "seed")
+
+
 def needs_shared_seed(source: CallSite) -> bool:
-    """A batched Keras source that shuffles (by default or as asked) with a seed of its own per rank."""
+    """A batched source that shuffles (by default or as asked) with a seed of its own per rank."""
     _batch, shuffles = K.BATCHED_SOURCE_DEFAULTS.get(source.method, (None, False))
     shuffle = source.keyword("shuffle")
     if shuffle is not None:
         shuffles = not (isinstance(shuffle.value, ast.Constant) and shuffle.value.value is False)
-    return shuffles and source.keyword("seed") is None
+    return shuffles and source.keyword(seed_keyword(source.method)) is None
 
 
 def with_shared_seed(facts: CellFacts, call: CallSite) -> str:
     """The call's text with ``seed=<shared seed>`` as its last argument."""
-    return with_last_argument(facts, call, f"seed={K.SHARED_SEED}")
+    return with_last_argument(facts, call, f"{seed_keyword(call.method)}={K.SHARED_SEED}")
 
 
 def with_last_argument(facts: CellFacts, call: CallSite, argument: str) -> str:

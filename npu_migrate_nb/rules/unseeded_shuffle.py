@@ -17,7 +17,7 @@ from ..facts import CellFacts, dotted_name
 from ..findings import Finding
 from ..i18n import _
 from .base import Example, Rule, add_argument
-from .shard import needs_shared_seed
+from .shard import needs_shared_seed, seed_keyword
 
 MAX_HOPS = 3  # variables followed back from the shard to the shuffle
 
@@ -86,7 +86,7 @@ class UnseededShuffle(Rule):
                     _("this shuffle comes before the shard with a seed of its own on each rank, so each rank takes "
                       "its shard of a different permutation: ranks read overlapping samples and miss others; give "
                       "it seed={seed}, the same on every rank (or shuffle after the shard)").format(seed=K.SHARED_SEED),
-                    [add_argument(cell, facts, shuffle, f"seed={K.SHARED_SEED}")],
+                    [add_argument(cell, facts, shuffle, f"{_seed_keyword_of(shuffle)}={K.SHARED_SEED}")],
                 )
         return list(found.values()) + list(self._unseeded_splits(context))
 
@@ -104,6 +104,10 @@ class UnseededShuffle(Rule):
                 "rank trains on rows another holds out, and their shards overlap); give it random_state={seed}, the "
                 "same on every rank").format(function=site.method, seed=K.SHARED_SEED),
                 [add_argument(cell, facts, site.node, f"random_state={K.SHARED_SEED}")])
+
+
+def _seed_keyword_of(call: ast.Call) -> str:
+    return seed_keyword(call.func.attr if isinstance(call.func, ast.Attribute) else dotted_name(call.func) or "")
 
 
 _RANDOM_SPLITS = ("sklearn.model_selection.train_test_split", "sklearn.cross_validation.train_test_split")
