@@ -133,8 +133,10 @@ EVALUATION_WORDS = ("eval", "test", "valid", "val_", "predict")  # names of data
 
 
 def named_for_evaluation(name: str) -> bool:
-    """Does the name say its data is evaluated, not trained on (``ds_test``, ``mnist.test.images``)?"""
-    return any(word in name.lower() for word in EVALUATION_WORDS)
+    """Does the name say its data is evaluated, not trained on (``ds_test``, ``mnist.test.images``)? A name
+    that says it trains too (``train_and_evaluate``, the courses' function around the whole training) does not."""
+    lowered = name.lower()
+    return any(word in lowered for word in EVALUATION_WORDS) and "train" not in lowered
 
 GRADIENT_TAPE = "tensorflow.GradientTape"
 

@@ -496,6 +496,25 @@ class MissingShard(Rule):
             "        loss = loss_fn(y, model(x))\n"
             "    optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))\n",
         ),
+        # The courses' ``train_and_evaluate`` function trains: its pandas_input_fn is sharded (the word "evaluate"
+        # in its name had it taken for evaluation data); the EvalSpec's, named for evaluation, is not.
+        Example(
+            'from npu_bridge.npu_init import *\n'
+            'import tensorflow as tf\n'
+            'def train_and_evaluate(output_dir):\n'
+            '    estimator = tf.compat.v1.estimator.LinearRegressor(feature_columns=cols, optimizer=npu_distributed_optimizer_wrapper(tf.compat.v1.train.FtrlOptimizer(0.2)))\n'
+            "    train_spec = tf.estimator.TrainSpec(input_fn=tf.compat.v1.estimator.inputs.pandas_input_fn(x=traindf, y=traindf['value'], batch_size=100, num_epochs=None, shuffle=True), max_steps=100, hooks=npu_hooks_append())\n"
+            "    eval_spec = tf.estimator.EvalSpec(input_fn=tf.compat.v1.estimator.inputs.pandas_input_fn(x=evaldf, y=evaldf['value'], num_epochs=1, shuffle=False))\n"
+            '    tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)\n',
+            'from npu_bridge.npu_init import *\n'
+            'import tensorflow as tf\n'
+            'import os\n'
+            'def train_and_evaluate(output_dir):\n'
+            '    estimator = tf.compat.v1.estimator.LinearRegressor(feature_columns=cols, optimizer=npu_distributed_optimizer_wrapper(tf.compat.v1.train.FtrlOptimizer(0.2)))\n'
+            "    train_spec = tf.estimator.TrainSpec(input_fn=tf.compat.v1.estimator.inputs.pandas_input_fn(x=traindf[int(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', '1'))], y=traindf['value'][int(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', '1'))], batch_size=100 // int(os.getenv('RANK_SIZE', '1')), num_epochs=None, shuffle=True), max_steps=100, hooks=npu_hooks_append())\n"
+            "    eval_spec = tf.estimator.EvalSpec(input_fn=tf.compat.v1.estimator.inputs.pandas_input_fn(x=evaldf, y=evaldf['value'], num_epochs=1, shuffle=False))\n"
+            '    tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)\n',
+        ),
         # An Estimator's input_fn returning literal columns, no dataset: each rank returns its rows of each.
         Example(
             "from npu_bridge.npu_init import *\nimport tensorflow as tf\n"
