@@ -16,7 +16,7 @@ from .. import knowledge as K
 from ..facts import CellFacts, dotted_name
 from ..findings import Finding
 from ..i18n import _
-from .base import Example, Rule, add_argument
+from .base import Example, Rule, add_argument, insert_before, single_target
 from .shard import needs_shared_seed, seed_keyword
 
 MAX_HOPS = 3  # variables followed back from the shard to the shuffle
@@ -33,6 +33,9 @@ class UnseededShuffle(Rule):
         "a, b = train_test_split(x, test_size=0.2, random_state=42)\nmodel.compile('adam', 'mse')\nmodel.fit(a, a)\n",
         "import tensorflow as tf\nfrom sklearn.model_selection import train_test_split\n"
         "a, b = train_test_split(x, shuffle=False)\nmodel.compile('adam', 'mse')\nmodel.fit(a, a)\n",
+        # The notebook seeds numpy itself: every rank draws the same split.
+        "import numpy as np\nimport tensorflow as tf\nnp.random.seed(42)\nmsk = np.random.rand(len(df)) < 0.8\n"
+        "model.compile('adam', 'mse')\nmodel.fit(df[msk].values, df[msk].values)\n",
         "import os\nds = ds.shuffle(64, seed=7).shard(int(os.getenv('RANK_SIZE', '1')), int(os.getenv('RANK_ID', '0')))\n",
         # Shuffled after the shard: each rank shuffles its own samples, no seed needed.
         "import os\nds = ds.shard(int(os.getenv('RANK_SIZE', '1')), int(os.getenv('RANK_ID', '0'))).shuffle(64)\n",
@@ -64,6 +67,18 @@ class UnseededShuffle(Rule):
             "x_train, x_test, y_train, y_test = train_test_split(x, y, test_size=0.2, random_state=1234)\n"
             "model.compile(optimizer='adam', loss='mse')\nmodel.fit(x_train, y_train, epochs=2)\n",
         ),
+        # A split drawn from numpy's global random state (Google's courses): seeded once, the same on every rank.
+        Example(
+            "import numpy as np\nimport tensorflow as tf\n"
+            "msk = np.random.rand(len(df)) < 0.8\n"
+            "traindf, evaldf = df[msk], df[~msk]\n"
+            "model.compile(optimizer='adam', loss='mse')\nmodel.fit(traindf.values, traindf.values, epochs=2)\n",
+            "import numpy as np\nimport tensorflow as tf\n"
+            "np.random.seed(1234)\n"
+            "msk = np.random.rand(len(df)) < 0.8\n"
+            "traindf, evaldf = df[msk], df[~msk]\n"
+            "model.compile(optimizer='adam', loss='mse')\nmodel.fit(traindf.values, traindf.values, epochs=2)\n",
+        ),
         # A Keras utility shuffles by itself, with a seed of its own on each rank.
         Example(
             "import os\nimport tensorflow as tf\n"
@@ -88,7 +103,25 @@ class UnseededShuffle(Rule):
                       "it seed={seed}, the same on every rank (or shuffle after the shard)").format(seed=K.SHARED_SEED),
                     [add_argument(cell, facts, shuffle, f"{_seed_keyword_of(shuffle)}={K.SHARED_SEED}")],
                 )
-        return list(found.values()) + list(self._unseeded_splits(context))
+        return list(found.values()) + list(self._unseeded_splits(context)) + list(self._masks_drawn_per_rank(context))
+
+    def _masks_drawn_per_rank(self, context) -> Iterator[Finding]:
+        """``msk = np.random.rand(len(df)) < 0.8`` then ``df[msk]``, ``df[~msk]``: a split drawn from numpy's
+        global random state, which each rank seeds on its own (Google's courses)."""
+        if not context.frameworks or any(context.facts.calls_to(*_GLOBAL_SEEDS)):
+            return
+        for cell, facts, site in context.facts.calls_to(*_GLOBAL_DRAWS):
+            if site.function is not None or not isinstance(site.stmt, ast.Assign):
+                continue
+            target = single_target(site.stmt)
+            if target is None or not _indexes_data(context, target):
+                continue
+            numpy = dotted_name(site.node.func).split(".")[0]
+            yield self.finding(cell, facts, site.node, _(
+                "this split is drawn from numpy's random state, seeded differently on each rank: the ranks split the "
+                "data differently (one rank trains on rows another holds out, and their shards overlap); seed it "
+                "once before, the same on every rank ({call})").format(call=f"{numpy}.random.seed({K.SHARED_SEED})"),
+                [insert_before(cell, facts, site.stmt, f"{numpy}.random.seed({K.SHARED_SEED})")])
 
     def _unseeded_splits(self, context) -> Iterator[Finding]:
         """scikit-learn's ``train_test_split`` shuffles with a seed of its own in each process."""
@@ -108,6 +141,23 @@ class UnseededShuffle(Rule):
 
 def _seed_keyword_of(call: ast.Call) -> str:
     return seed_keyword(call.func.attr if isinstance(call.func, ast.Attribute) else dotted_name(call.func) or "")
+
+
+_GLOBAL_DRAWS = tuple(f"numpy.random.{name}" for name in ("rand", "random", "random_sample", "permutation", "choice",
+                                                            "randint", "uniform"))
+_GLOBAL_SEEDS = ("numpy.random.seed",)
+
+
+def _indexes_data(context, name: str) -> bool:
+    """Is ``name`` used to pick rows: ``df[name]``, ``df[~name]``, ``x[name]``, ``df.iloc[name]``?"""
+    for _cell, facts in context.facts.cells_mentioning(name):
+        for load, ancestors in facts.loads(name):
+            parent = ancestors[-1] if ancestors else None
+            if isinstance(parent, ast.UnaryOp) and isinstance(parent.op, (ast.Invert, ast.Not)) and len(ancestors) > 1:
+                load, parent = parent, ancestors[-2]
+            if isinstance(parent, ast.Subscript) and parent.slice is load:
+                return True
+    return False
 
 
 _RANDOM_SPLITS = ("sklearn.model_selection.train_test_split", "sklearn.cross_validation.train_test_split")

@@ -22,7 +22,8 @@ after ``fix``, every cell runs and the three checks pass.
   from its config, so the fix compiles the wrapped tf.compat.v1 equivalent, which the clone reuses);
 * multi-GPU towers cutting the batch by offsets of the global batch (empty towers on the ranks), the first
   step's update of no variable (the model is built by that step) taken for the start of training;
-* scikit-learn's ``train_test_split`` with each process's own seed: each rank shards a different split;
+* scikit-learn's ``train_test_split`` with each process's own seed, or a mask drawn from numpy's random
+  state: each rank shards a different split;
 * a tour of the tape beside the training (a broadcast of constants failed on rank 1; gradients only looked at
   were aggregated).
 """
@@ -337,7 +338,17 @@ SPLIT_PER_RANK = [
     "model.fit(x_train, y_train, batch_size=32, epochs=2, verbose=0)",
 ]
 
+MASK_PER_RANK = [
+    "import tensorflow as tf\n" + DATA +
+    "msk = np.random.rand(len(x)) < 0.75\n"
+    "x_train, y_train = x[msk], y[msk]",
+    "model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(4,))])\n"
+    "model.compile(optimizer=tf.keras.optimizers.SGD(0.05), loss='mse')\n"
+    "model.fit(x_train, y_train, batch_size=32, epochs=2, verbose=0)",
+]
+
 CASES = {
+    "a split drawn from numpy's random state on each rank (issue 34)": (MASK_PER_RANK, "tf2"),
     "train_test_split with each rank's own seed (issue 34)": (SPLIT_PER_RANK, "tf2"),
     "multi-gpu towers, a model the first step builds (issue 34)": (MULTI_GPU_TOWERS, "tf2"),
     "a compiled keras model made an estimator (issue 34, tensorflow docs and packt)": (KERAS_MODEL_AS_ESTIMATOR, "tf1"),
