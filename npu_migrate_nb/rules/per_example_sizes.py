@@ -66,9 +66,11 @@ def _reads(context, batch: str, steps: Sequence[Step]) -> Iterator[Tuple[int, Ce
         if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)) and batch in function_locals(scope):
             continue  # the function's own batch_size, not the notebook's
         graph_only = isinstance(scope, ast.Module)  # a TF1 cell building the graph: its TensorFlow ops only
-        for node in _walk_body(scope):
+        nodes = list(_walk_body(scope))
+        local_values = _local_values(nodes)
+        for node in nodes:
             if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Slice):
-                for read in _slice_bound_reads(scope, node.slice, batch):
+                for read in _slice_bound_reads(node.slice, batch, local_values):
                     yield cell, facts, read
                 continue
             if not isinstance(node, ast.Call):
@@ -82,7 +84,7 @@ def _reads(context, batch: str, steps: Sequence[Step]) -> Iterator[Tuple[int, Ce
                     pending.append((called[0], called[1], called[2], depth - 1))
 
 
-def _slice_bound_reads(scope: ast.AST, part: ast.Slice, batch: str) -> Iterator[ast.Name]:
+def _slice_bound_reads(part: ast.Slice, batch: str, local_values) -> Iterator[ast.Name]:
     """``x[i * tower_batch:(i + 1) * tower_batch]`` in a step, ``tower_batch = int(batch_size / towers)``
     beside it (multi-GPU towers): the rank's batch has a rank's rows, so offsets counted in the global
     batch point past its end (empty towers)."""
@@ -91,13 +93,17 @@ def _slice_bound_reads(scope: ast.AST, part: ast.Slice, batch: str) -> Iterator[
             if name.id == batch and isinstance(name.ctx, ast.Load):
                 yield name
                 continue
-            for value in _local_values(scope, name.id):
+            for value in local_values.get(name.id, ()):
                 yield from (node for node in ast.walk(value) if _named(node, batch) is not None)
 
 
-def _local_values(scope: ast.AST, name: str) -> List[ast.expr]:
-    return [node.value for node in _walk_body(scope) if isinstance(node, ast.Assign) and len(node.targets) == 1
-            and isinstance(node.targets[0], ast.Name) and node.targets[0].id == name]
+def _local_values(nodes) -> dict:
+    """Each name a scope assigns alone (``name = value``), with the values it is given."""
+    values: dict = {}
+    for node in nodes:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            values.setdefault(node.targets[0].id, []).append(node.value)
+    return values
 
 
 def _walk_body(scope: ast.AST) -> Iterator[ast.AST]:
