@@ -56,9 +56,8 @@ MIXED_AND_SAVING = [
     "model.save_weights('my_checkpoint')",
 ]
 
-LAZY_CUSTOM_LOOP = [
-    "import tensorflow as tf\n" + DATA +
-    "dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(32)",
+# A model whose variables are made by its first call (a subclass with no input shape).
+LAZY_MODEL = (
     "class Linear(tf.keras.Model):\n"
     "    def __init__(self):\n"
     "        super().__init__()\n"
@@ -66,7 +65,13 @@ LAZY_CUSTOM_LOOP = [
     "    def call(self, inputs):\n"
     "        return self.dense(inputs)\n"
     "model = Linear()\n"
-    "optimizer = tf.keras.optimizers.SGD(0.05)\n"
+    "optimizer = tf.keras.optimizers.SGD(0.05)"
+)
+
+LAZY_CUSTOM_LOOP = [
+    "import tensorflow as tf\n" + DATA +
+    "dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(32)",
+    LAZY_MODEL + "\n"
     "@tf.function\n"
     "def train_step(features, targets):\n"
     "    with tf.GradientTape() as tape:\n"
@@ -308,14 +313,7 @@ MULTI_GPU_TOWERS = [
     "import tensorflow as tf\n" + DATA +
     "batch_size, towers = 32, 2\n"
     "dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(batch_size)",
-    "class Linear(tf.keras.Model):\n"
-    "    def __init__(self):\n"
-    "        super().__init__()\n"
-    "        self.dense = tf.keras.layers.Dense(1)\n"
-    "    def call(self, inputs):\n"
-    "        return self.dense(inputs)\n"
-    "model = Linear()\n"
-    "optimizer = tf.keras.optimizers.SGD(0.05)",
+    LAZY_MODEL,
     "def run_optimization(x, y):\n"
     "    variables = model.trainable_variables  # empty until the first step builds the model\n"
     "    tower_batch = int(batch_size / towers)\n"
