@@ -10,6 +10,7 @@ rank (a shuffle after the shard needs none).
 from __future__ import annotations
 
 import ast
+import itertools
 from typing import Iterable, Iterator, Optional, Tuple
 
 from .. import knowledge as K
@@ -66,6 +67,15 @@ class UnseededShuffle(Rule):
             "import tensorflow as tf\nfrom sklearn.model_selection import train_test_split\n"
             "x_train, x_test, y_train, y_test = train_test_split(x, y, test_size=0.2, random_state=1234)\n"
             "model.compile(optimizer='adam', loss='mse')\nmodel.fit(x_train, y_train, epochs=2)\n",
+        ),
+        # pandas draws a frame's sample (here its shuffled copy) from each process's own seed.
+        Example(
+            "import tensorflow as tf\n"
+            "df = df.sample(frac=1)\n"
+            "model.compile(optimizer='adam', loss='mse')\nmodel.fit(df.values, df.values, epochs=2)\n",
+            "import tensorflow as tf\n"
+            "df = df.sample(frac=1, random_state=1234)\n"
+            "model.compile(optimizer='adam', loss='mse')\nmodel.fit(df.values, df.values, epochs=2)\n",
         ),
         # A split drawn from numpy's global random state (Google's courses): seeded once, the same on every rank.
         Example(
@@ -124,10 +134,13 @@ class UnseededShuffle(Rule):
                 [insert_before(cell, facts, site.stmt, f"{numpy}.random.seed({K.SHARED_SEED})")])
 
     def _unseeded_splits(self, context) -> Iterator[Finding]:
-        """scikit-learn's ``train_test_split`` shuffles with a seed of its own in each process."""
+        """scikit-learn's ``train_test_split`` shuffles with a seed of its own in each process, and so does
+        pandas' ``frame.sample(frac=...)`` (a shuffle, or a split with ``drop``)."""
         if not context.frameworks:
             return
-        for cell, facts, site in context.facts.calls_to(*_RANDOM_SPLITS):
+        samples = ((cell, facts, site) for cell, facts, site in context.facts.calls("sample")
+                   if site.receiver is not None and site.keyword("frac") is not None)
+        for cell, facts, site in itertools.chain(context.facts.calls_to(*_RANDOM_SPLITS), samples):
             shuffle = site.keyword("shuffle")
             if site.keyword("random_state") is not None or (
                     shuffle is not None and isinstance(shuffle.value, ast.Constant) and shuffle.value.value is False):
