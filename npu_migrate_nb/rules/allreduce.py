@@ -940,8 +940,7 @@ def _as_tf1_optimizer(context, node: Optional[ast.expr]) -> Optional[str]:
         return None  # clipnorm, amsgrad, a schedule's name...: no TF1 equivalent written here
     arguments = dict(defaults)
     for argument, value in given.items():
-        arguments.pop(argument, None)
-        arguments[renames[argument]] = ast.unparse(value)
+        arguments[renames[argument]] = ast.unparse(value)  # over the default of that name
     written = ", ".join(f"{key}={value}" for key, value in arguments.items())
     return f"{_tensorflow_v1_prefix(context)}.train.{tf1_class}({written})"
 
