@@ -9,6 +9,7 @@ import ast
 from typing import Optional
 
 from ..facts import CallSite, CellFacts, dotted_name, receiver_name
+from ..names import function_locals
 
 
 def makes_a_tensor(context, value: ast.expr) -> bool:
@@ -136,14 +137,7 @@ def only_shown(context, cell: int, site: CallSite) -> bool:
 
 def _binds_locally(ancestors, name: str) -> bool:
     functions = [node for node in ancestors if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))]
-    if not functions:
-        return False
-    function = functions[-1]
-    if isinstance(function, ast.Lambda):
-        return any(argument.arg == name for argument in function.args.args)
-    arguments = function.args.posonlyargs + function.args.args + function.args.kwonlyargs
-    return any(argument.arg == name for argument in arguments) or any(
-        isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Store) for node in ast.walk(function))
+    return bool(functions) and name in function_locals(functions[-1])
 
 
 def _shown(load: ast.Name, ancestors) -> bool:
