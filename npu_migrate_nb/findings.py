@@ -14,6 +14,7 @@ SEVERITIES = ("error", "warning", "info")
 NEEDS_OS = "os"
 NEEDS_NPU_BRIDGE = "npu_bridge"
 NEEDS_NPU_DEVICE = "npu_device"
+NEEDS_DENSE_GRADIENTS = "dense_gradients"  # the helper a TF1 fix wraps optimizers with (sparse gradients)
 
 Position = Tuple[int, int]  # (line 1-based, column 0-based in characters), as libcst counts
 

@@ -363,3 +363,20 @@ AGENT_PREFIXES = ("tf_agents.agents.", "tf_agents.bandits.agents.")
 AGENT_ENVIRONMENT_PREFIXES = ("tf_agents.environments.", "tf_agents.bandits.environments.")
 # TensorFlow Decision Forests' Keras models (``tfdf.keras.RandomForestModel()``): ``fit`` grows trees.
 DECISION_FOREST_PREFIX = "tensorflow_decision_forests.keras."
+
+
+# Sparse gradients (IndexedSlices) of varying length. TF1's NPUDistributedOptimizer all-gathers sparse
+# gradients, which needs as many rows on every rank. A plain lookup (tf.nn.embedding_lookup) has one row
+# per id of the batch, the same count on every rank; the sparse lookups look up each DISTINCT id once, and
+# a batch's distinct ids differ from rank to rank: an embedding column, tf.nn's sparse lookups, and a
+# linear model's categorical columns (it looks their weights up that way). Matched under tensorflow's
+# feature_column or nn.
+SPARSE_GRADIENT_LOOKUPS = ("embedding_column", "shared_embedding_columns", "shared_embeddings",
+                           "embedding_lookup_sparse", "safe_embedding_lookup_sparse")
+CATEGORICAL_COLUMNS = ("categorical_column_with_vocabulary_list", "categorical_column_with_vocabulary_file",
+                       "categorical_column_with_identity", "categorical_column_with_hash_bucket",
+                       "bucketized_column", "crossed_column", "weighted_categorical_column")
+LINEAR_ESTIMATORS = ("LinearClassifier", "LinearRegressor", "LinearEstimator", "DNNLinearCombinedClassifier",
+                     "DNNLinearCombinedRegressor", "DNNLinearCombinedEstimator")
+# The helper the fix defines to make them dense before the all-reduce (Ascend's DeepFM does the same).
+DENSE_GRADIENTS = "dense_gradients"

@@ -228,3 +228,8 @@ class Scope:
 
 def _holds(node: ast.AST, position: Position) -> bool:
     return (node.lineno, node.col_offset) < position <= (node.end_lineno, node.end_col_offset)
+
+
+def positional_parameters(function) -> list:
+    """The names of a function's positional parameters, in order (what a call's positions bind)."""
+    return [a.arg for a in [*function.args.posonlyargs, *function.args.args]]

@@ -7,7 +7,7 @@ from typing import Iterable, Iterator, List, Optional, Tuple
 
 from .. import knowledge as K
 from ..facts import CallSite, CellFacts, dotted_name
-from ..findings import NEEDS_NPU_BRIDGE, NEEDS_NPU_DEVICE, NEEDS_OS, Edit, Finding
+from ..findings import NEEDS_DENSE_GRADIENTS, NEEDS_NPU_BRIDGE, NEEDS_NPU_DEVICE, NEEDS_OS, Edit, Finding
 from ..analysis import is_distributed_argument
 from ..i18n import N_, _
 from .base import Example, Rule, add_argument, insert_after, keras_prefix, replace, single_target, wrap
@@ -39,7 +39,12 @@ class MissingAllreduce(Rule):
     ``npu_distributed_optimizer_wrapper`` (TF1) or ``npu_distributed_keras_optimizer_wrapper`` (TF2
     Keras), or ``npu.distribute.all_reduce`` on the gradients of a custom loop, with the reduction (sum
     or mean) that keeps the single-card math. The fix wraps the optimizer or inserts the all-reduce
-    between the gradients and ``apply_gradients``."""
+    between the gradients and ``apply_gradients``. Under TF1 the wrapper all-gathers sparse gradients
+    (``IndexedSlices``), which needs as many rows on every rank; the sparse lookups (embedding columns,
+    ``embedding_lookup_sparse``, a linear model's categorical columns) send one row per distinct id
+    of the batch, a count that differs from rank to rank, so the fix
+    makes them dense first (``dense_gradients``, written once in the notebook), as Ascend's own
+    DeepFM does before its all-reduce."""
 
     code = "missing-allreduce"
     step = "allreduce"
@@ -449,6 +454,50 @@ class MissingAllreduce(Rule):
             "optimizer=npu_distributed_optimizer_wrapper(tf.compat.v1.train.AdamOptimizer(learning_rate=0.2)))\n"
             "model.train(input_fn=train_input_fn, steps=50)\n",
         ),
+        # Categorical columns in a linear model: its gradients are sparse (a weight looked up per id), which
+        # the adapter all-gathers, so each rank must send as many ids: made dense first (gcp's courses).
+        Example(
+            "import tensorflow as tf\n"
+            "thal = tf.feature_column.categorical_column_with_vocabulary_list('thal', ['fixed', 'normal'])\n"
+            "model = tf.compat.v1.estimator.LinearClassifier(feature_columns=[thal],\n"
+            "                                                optimizer=tf.compat.v1.train.FtrlOptimizer(0.1))\n"
+            "model.train(input_fn=train_input_fn, steps=50)\n",
+            "from npu_bridge.npu_init import *\n"
+            "import tensorflow as tf\n"
+            "def dense_gradients(optimizer):\n"
+            "    compute_gradients = optimizer.compute_gradients\n"
+            "    def dense(*args, **kwargs):\n"
+            "        return [(tf.convert_to_tensor(grad) if isinstance(grad, tf.IndexedSlices) else grad, var)\n"
+            "                for grad, var in compute_gradients(*args, **kwargs)]\n"
+            "    optimizer.compute_gradients = dense\n"
+            "    return optimizer\n"
+            "thal = tf.feature_column.categorical_column_with_vocabulary_list('thal', ['fixed', 'normal'])\n"
+            "model = tf.compat.v1.estimator.LinearClassifier(feature_columns=[thal],\n"
+            "                                                optimizer=npu_distributed_optimizer_wrapper(dense_gradients(tf.compat.v1.train.FtrlOptimizer(0.1))))\n"
+            "model.train(input_fn=train_input_fn, steps=50)\n",
+        ),
+        # An embedding column given to a canned DNN, its optimizer named by a string: written explicitly, dense.
+        Example(
+            "import tensorflow as tf\n"
+            "words = tf.feature_column.categorical_column_with_hash_bucket('words', 1000)\n"
+            "columns = [tf.feature_column.embedding_column(words, dimension=8)]\n"
+            "model = tf.compat.v1.estimator.DNNClassifier(hidden_units=[8], feature_columns=columns, optimizer='Adagrad')\n"
+            "model.train(input_fn=train_input_fn, steps=50)\n",
+            "from npu_bridge.npu_init import *\n"
+            "import tensorflow as tf\n"
+            "def dense_gradients(optimizer):\n"
+            "    compute_gradients = optimizer.compute_gradients\n"
+            "    def dense(*args, **kwargs):\n"
+            "        return [(tf.convert_to_tensor(grad) if isinstance(grad, tf.IndexedSlices) else grad, var)\n"
+            "                for grad, var in compute_gradients(*args, **kwargs)]\n"
+            "    optimizer.compute_gradients = dense\n"
+            "    return optimizer\n"
+            "words = tf.feature_column.categorical_column_with_hash_bucket('words', 1000)\n"
+            "columns = [tf.feature_column.embedding_column(words, dimension=8)]\n"
+            "model = tf.compat.v1.estimator.DNNClassifier(hidden_units=[8], feature_columns=columns, "
+            "optimizer=npu_distributed_optimizer_wrapper(dense_gradients(tf.compat.v1.train.AdagradOptimizer(learning_rate=0.05))))\n"
+            "model.train(input_fn=train_input_fn, steps=50)\n",
+        ),
         # DNNLinearCombined: an optimizer per part built (0.001 for the DNN part); no linear columns, no
         # linear optimizer.
         Example(
@@ -733,14 +782,16 @@ class MissingAllreduce(Rule):
                 (site.function, single_target(site.stmt)) in given
             ):
                 continue  # the fix sets is_distributed=True on the NPUOptimizer it is given to
-            yield self.finding(
-                cell,
-                facts,
-                site.node,
-                _("gradients are not aggregated across ranks: wrap this {method} with "
-                  "{wrapper} (all-reduce, mean) where it is created").format(method=site.method, wrapper=TF1_WRAPPER),
-                [_wrap_creation(cell, facts, site, TF1_WRAPPER, NEEDS_NPU_BRIDGE)],
-            )
+            message = _("gradients are not aggregated across ranks: wrap this {method} with "
+                        "{wrapper} (all-reduce, mean) where it is created").format(method=site.method, wrapper=TF1_WRAPPER)
+            sparse = sparse_gradients(context)
+            if sparse is None:
+                edit = _wrap_creation(cell, facts, site, TF1_WRAPPER, NEEDS_NPU_BRIDGE)
+            else:
+                message += _dense_note(sparse)
+                edit = _wrap_creation(cell, facts, site, f"{TF1_WRAPPER}({K.DENSE_GRADIENTS}", NEEDS_NPU_BRIDGE,
+                                      ")", also=NEEDS_DENSE_GRADIENTS)
+            yield self.finding(cell, facts, site.node, message, [edit])
 
     # -- TF1 canned Estimators: the optimizer they would build from a string, explicit and wrapped
     def _canned_estimator_optimizers(self, context, only_v1: bool = False) -> Iterator[Finding]:
@@ -780,11 +831,17 @@ class MissingAllreduce(Rule):
         if "compat.v2" in tensorflow:  # the v2 export takes Keras optimizers; the TF1 adapter's are v1
             return self.finding(cell, facts, given or site.node, _("{message} (a tf.keras.optimizers.legacy one)").format(
                 message=message))
-        code = f"{TF1_WRAPPER}({tensorflow}.train.{class_name}(learning_rate={learning_rate}))"
+        code = f"{tensorflow}.train.{class_name}(learning_rate={learning_rate})"
+        needs = [NEEDS_NPU_BRIDGE]
+        sparse = sparse_gradients(context)
+        if sparse is not None:
+            code, message = f"{K.DENSE_GRADIENTS}({code})", message + _dense_note(sparse)
+            needs.append(NEEDS_DENSE_GRADIENTS)
+        code = f"{TF1_WRAPPER}({code})"
         if given is None:
-            edit = add_argument(cell, facts, site.node, f"{name}={code}", [NEEDS_NPU_BRIDGE])
+            edit = add_argument(cell, facts, site.node, f"{name}={code}", needs)
         else:
-            edit = replace(cell, facts, given, code, [NEEDS_NPU_BRIDGE])
+            edit = replace(cell, facts, given, code, needs)
         return self.finding(cell, facts, site.node if given is None else given, message, [edit])
 
     # -- Keras compile/fit: wrap the optimizer given to compile (resolving strings)
@@ -1061,12 +1118,48 @@ def _ran_already(context, creation_cell: int, use_cell: int) -> bool:
     return context.options.current_cell == use_cell and creation_cell != use_cell
 
 
-def _wrap_creation(cell: int, facts: CellFacts, site: CallSite, wrapper: str, needs: str, extra: str = "") -> Edit:
+def _wrap_creation(cell: int, facts: CellFacts, site: CallSite, wrapper: str, needs: str, extra: str = "",
+                   also: Optional[str] = None) -> Edit:
     """The seed's shape: ``opt = Opt(...)`` gets ``opt = wrapper(opt)`` after it; otherwise wrap inline."""
+    needed = [needs] if also is None else [needs, also]
     target = single_target(site.stmt)
     if target is not None and site.stmt.value is site.node:
-        return insert_after(cell, facts, site.stmt, f"{target} = {wrapper}({target}{extra})", [needs])
-    return wrap(cell, facts, site.node, wrapper, [needs], extra)
+        return insert_after(cell, facts, site.stmt, f"{target} = {wrapper}({target}{extra})", needed)
+    return wrap(cell, facts, site.node, wrapper, needed, extra)
+
+
+def sparse_gradients(context) -> Optional[str]:
+    """What makes a TF1 notebook's gradients sparse (``IndexedSlices``), which the TF1 adapter all-gathers
+    and which the all-reduce therefore needs dense (see K.SPARSE_GRADIENT_LOOKUPS): the call's name, else
+    None. Cached on the context: every TF1 optimizer asks."""
+    if not context.tf1:
+        return None
+    if not hasattr(context, "_sparse_gradients"):
+        context._sparse_gradients = _first_sparse_maker(context)
+    return context._sparse_gradients
+
+
+def _first_sparse_maker(context) -> Optional[str]:
+    def under_tensorflow(site: CallSite, parts: Tuple[str, ...]) -> bool:
+        resolved = context.facts.resolve(site.dotted or "")
+        return resolved.startswith("tensorflow.") and any(f".{part}." in resolved for part in parts)
+
+    for _cell, _facts, site in context.facts.calls(*K.SPARSE_GRADIENT_LOOKUPS):
+        if under_tensorflow(site, ("feature_column", "nn")):
+            return site.method
+    linear = [site for _cell, _facts, site in context.facts.calls(*K.LINEAR_ESTIMATORS)
+              if under_tensorflow(site, ("estimator",))]
+    if linear:
+        for _cell, _facts, site in context.facts.calls(*K.CATEGORICAL_COLUMNS):
+            if under_tensorflow(site, ("feature_column",)):
+                return f"{site.method} ({linear[0].method})"
+    return None
+
+
+def _dense_note(maker: str) -> str:
+    return _("; its gradients are sparse ({maker}): the adapter all-gathers sparse gradients, which needs the "
+             "same number of ids on every rank, so {helper} makes them dense first").format(
+        maker=maker, helper=K.DENSE_GRADIENTS)
 
 
 def _reduce_reduction_argument(context, optimizer: ast.expr) -> str:

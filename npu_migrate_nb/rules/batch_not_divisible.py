@@ -8,6 +8,7 @@ from typing import Iterable, Iterator, Optional
 from .. import knowledge as K
 from ..findings import Finding
 from ..i18n import _
+from ..names import positional_parameters
 from .base import Example, Rule, int_literal
 
 
@@ -39,6 +40,15 @@ class BatchNotDivisible(Rule):
         Example("BATCH_SIZE = 60\nds = ds.batch(BATCH_SIZE)\n"),
         Example("import npu_device as npu\nds, bs = npu.distribute.shard_and_rebatch_dataset(ds, 30)\n"),
         Example("model.fit(x, y, batch_size=50)\n"),
+        # A helper that batches with its parameter, called with a demonstration batch beside the training's.
+        Example("import npu_device as npu\n"
+                "def df_to_dataset(frame, batch_size=32):\n"
+                "    ds, rank_batch_size = npu.distribute.shard_and_rebatch_dataset(ds_of(frame), batch_size)\n"
+                "    return ds.batch(rank_batch_size)\n"
+                "batch_size = 5\n"
+                "demo_ds = df_to_dataset(train, batch_size=batch_size)\n"
+                "batch_size = 32\n"
+                "train_ds = df_to_dataset(train, batch_size=batch_size)\n"),
     ]
 
     def check(self, context) -> Iterable[Finding]:
@@ -48,11 +58,11 @@ class BatchNotDivisible(Rule):
 
     def _findings(self, context) -> Iterator[Finding]:
         ranks = context.options.ranks
-        for cell, facts, site, size in _batch_sizes(context):
-            value = global_batch_value(context, size)
+        for cell, facts, site, size, at in _given_through_helpers(context, _batch_sizes(context)):
+            value = global_batch_value(context, size, at)
             if value is None or ranks <= 1 or value % ranks == 0:
                 continue
-            if value < ranks:
+            if value < ranks and site.method != "shard_and_rebatch_dataset":  # which raises, whatever the size
                 if value == 1 and site.method in K.BATCH_METHODS:
                     continue  # a pipeline's batch of 1: missing-shard says what sharding it means
                 yield self.finding(
@@ -97,11 +107,33 @@ def _batch_sizes(context):
             yield cell, facts, site, size
 
 
-def global_batch_value(context, size: ast.expr) -> Optional[int]:
-    """The number a global batch expression stands for: a literal, or a name bound once to one."""
-    return int_literal(size) if not isinstance(size, ast.Name) else _constant(context, size.id)
+def _given_through_helpers(context, sizes):
+    """Each batch size, and for one that is a parameter of the helper it is in (``def
+    df_to_dataset(frame, batch_size=32)`` batching with it), what each of the helper's top-level calls
+    gives it instead (``df_to_dataset(train, batch_size=5)``, a demonstration beside the training's 32):
+    the helper runs with every one of them."""
+    for cell, facts, site, size in sizes:
+        yield cell, facts, site, size, None
+        function = facts.functions.get(site.function) if site.function and isinstance(size, ast.Name) else None
+        if function is None or size.id not in positional_parameters(function):
+            continue
+        position = positional_parameters(function).index(size.id)
+        for c_cell, c_facts, call in context.facts.calls(site.function):
+            if call.dotted == site.function and call.function is None:
+                given = call.argument(position, size.id)
+                if given is not None:  # valued where it is called: the notebook may rebind the name later
+                    yield c_cell, c_facts, site, given, (c_cell, call.node.lineno)
 
 
-def _constant(context, name: str) -> Optional[int]:
-    values = [a.value for _unused, _unused, a in context.facts.assignments(name) if a.function is None and not a.tuple_target]
-    return int_literal(values[-1]) if len(values) == 1 else None
+def global_batch_value(context, size: ast.expr, at: Optional[tuple] = None) -> Optional[int]:
+    """The number a global batch expression stands for: a literal, or a name bound once to one (or,
+    ``at`` a (cell, line) of the notebook's top level, to one by its last binding before it)."""
+    return int_literal(size) if not isinstance(size, ast.Name) else _constant(context, size.id, at)
+
+
+def _constant(context, name: str, at: Optional[tuple] = None) -> Optional[int]:
+    bound = [(c, a) for c, _unused, a in context.facts.assignments(name) if a.function is None and not a.tuple_target]
+    if len(bound) == 1:
+        return int_literal(bound[0][1].value)
+    before = [a for c, a in bound if at is not None and (c, a.stmt.lineno) < at]
+    return int_literal(before[-1].value) if len(bound) > 1 and before else None

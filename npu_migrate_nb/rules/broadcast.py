@@ -9,7 +9,7 @@ from .. import knowledge as K
 from ..facts import CallSite, CellFacts, chain_root_name, dotted_name, receiver_name
 from ..findings import NEEDS_NPU_BRIDGE, NEEDS_NPU_DEVICE, NEEDS_OS, Finding
 from ..i18n import _
-from ..names import ALWAYS_BOUND, function_locals
+from ..names import ALWAYS_BOUND, function_locals, positional_parameters
 from .not_data_parallel import trained_agents
 from .sources import applied_by_the_compiled_optimizer, makes_a_tensor, not_variables, only_shown, target_position
 from .base import (
@@ -161,6 +161,83 @@ class MissingBroadcast(Rule):
             '    run_optimization(batch_x, batch_y)\n'
             '    if optimizer.iterations == 1:\n'
             '        npu.distribute.broadcast(neural_net.trainable_variables)\n',
+        ),
+        # The model given on through two functions (the core API's guides: train_model(mlp) calls
+        # train_step(..., mlp, ...)): broadcast where the notebook gives it, before that call.
+        Example(
+            'import tensorflow as tf\n'
+            'model = tf.keras.Sequential([tf.keras.layers.Dense(10, input_shape=(784,))])\n'
+            'def train_step(x, y, model, learning_rate):\n'
+            '    with tf.GradientTape() as tape:\n'
+            '        loss = tf.reduce_mean(tf.square(model(x) - y))\n'
+            '    grads = tape.gradient(loss, model.variables)\n'
+            '    for grad, var in zip(grads, model.variables):\n'
+            '        var.assign_sub(learning_rate * grad)\n'
+            'def train_model(mlp, data, epochs):\n'
+            '    for epoch in range(epochs):\n'
+            '        for x, y in data:\n'
+            '            train_step(x, y, mlp, 0.01)\n'
+            'train_model(model, dataset, epochs=2)\n',
+            'import tensorflow as tf\n'
+            'import npu_device as npu\n'
+            'npu.open().as_default()\n'
+            'model = tf.keras.Sequential([tf.keras.layers.Dense(10, input_shape=(784,))])\n'
+            'def train_step(x, y, model, learning_rate):\n'
+            '    with tf.GradientTape() as tape:\n'
+            '        loss = tf.reduce_mean(tf.square(model(x) - y))\n'
+            '    grads = tape.gradient(loss, model.variables)\n'
+            '    for grad, var in zip(grads, model.variables):\n'
+            '        var.assign_sub(learning_rate * grad)\n'
+            'def train_model(mlp, data, epochs):\n'
+            '    for epoch in range(epochs):\n'
+            '        for x, y in data:\n'
+            '            train_step(x, y, mlp, 0.01)\n'
+            'npu.distribute.broadcast(model.variables)\n'
+            'train_model(model, dataset, epochs=2)\n',
+        ),
+        # The same with a model built on its first call (packt's autoencoder): after the first update, in
+        # the step itself (eager), when its Keras optimizer has made one step.
+        Example(
+            'import tensorflow as tf\n'
+            'class Net(tf.keras.Model):\n'
+            '    def __init__(self):\n'
+            '        super().__init__()\n'
+            '        self.out = tf.keras.layers.Dense(10)\n'
+            '    def call(self, x):\n'
+            '        return self.out(x)\n'
+            'def train(model, opt, x, y):\n'
+            '    with tf.GradientTape() as tape:\n'
+            '        loss = tf.reduce_mean(tf.square(model(x) - y))\n'
+            '    grads = tape.gradient(loss, model.trainable_variables)\n'
+            '    opt.apply_gradients(zip(grads, model.trainable_variables))\n'
+            'def train_loop(model, opt, dataset):\n'
+            '    for x, y in dataset:\n'
+            '        train(model, opt, x, y)\n'
+            'net = Net()\n'
+            'optimizer = tf.keras.optimizers.Adam(1e-3)\n'
+            'train_loop(net, optimizer, dataset)\n',
+            'import tensorflow as tf\n'
+            'import npu_device as npu\n'
+            'npu.open().as_default()\n'
+            'class Net(tf.keras.Model):\n'
+            '    def __init__(self):\n'
+            '        super().__init__()\n'
+            '        self.out = tf.keras.layers.Dense(10)\n'
+            '    def call(self, x):\n'
+            '        return self.out(x)\n'
+            'def train(model, opt, x, y):\n'
+            '    with tf.GradientTape() as tape:\n'
+            '        loss = tf.reduce_mean(tf.square(model(x) - y))\n'
+            '    grads = tape.gradient(loss, model.trainable_variables)\n'
+            '    opt.apply_gradients(zip(grads, model.trainable_variables))\n'
+            '    if opt.iterations == 1:\n'
+            '        npu.distribute.broadcast(model.trainable_variables)\n'
+            'def train_loop(model, opt, dataset):\n'
+            '    for x, y in dataset:\n'
+            '        train(model, opt, x, y)\n'
+            'net = Net()\n'
+            'optimizer = tf.keras.optimizers.Adam(1e-3)\n'
+            'train_loop(net, optimizer, dataset)\n',
         ),
         # Adversarial training: the model's variables are broadcast, not the images whose gradient is
         # taken too (the real broadcast assigns into variables: given a tensor it fails on the cards).
@@ -829,12 +906,20 @@ class MissingBroadcast(Rule):
                     p_cell, p_facts, p_stmt, p_code = passed[:4]
                     p_code = f"{context.npu}.distribute.broadcast({p_code})"
                     insert = insert_after if passed[4:] == ("after",) else insert_before
-                    yield self.finding(
-                        p_cell, p_facts, p_stmt,
-                        _("variables are not broadcast from rank 0: ranks start from different weights; add {code} "
-                          "before {function} trains them").format(code=p_code, function=site.function),
-                        [insert(p_cell, p_facts, p_stmt, p_code, [NEEDS_NPU_DEVICE])],
-                    )
+                    message = _("variables are not broadcast from rank 0: ranks start from different weights; add "
+                                "{code} before {function} trains them").format(code=p_code, function=site.function)
+                    edits = [insert(p_cell, p_facts, p_stmt, p_code, [NEEDS_NPU_DEVICE])]
+                    given = passed[3].rsplit(".", 1)[0]
+                    if passed[4:] != ("after",) and _unbuilt_keras_model_at(context, given, p_cell, p_stmt.lineno):
+                        # there it has no variables: a broadcast would sync nothing (broadcast-before-build)
+                        in_step = self._after_the_first_update_in_the_step(context, cell, facts, site, variables_code)
+                        if in_step is not None:
+                            yield in_step
+                            continue
+                        message += _(" ({model} is built on its first call: build it before, with a first call or "
+                                     "model.build(input_shape), or the broadcast finds no variables)").format(model=given)
+                        edits = []
+                    yield self.finding(p_cell, p_facts, p_stmt, message, edits)
                     continue
                 instance = _as_an_attribute_of_the_trainer(context, cell, facts, site, variables)
                 if instance is not None:  # self.generator of a trainer whose methods are followed to its loop
@@ -866,6 +951,12 @@ class MissingBroadcast(Rule):
                 after_first_steps.setdefault((after_first_step[0], id(after_first_step[2])), []).append(
                     (after_first_step, variables_code))
                 continue
+            model = _model_name(variables)
+            if where == "before" and model is not None and _unbuilt_keras_model_at(context, model, a_cell, a_stmt.lineno):
+                in_step = self._after_the_first_update_in_the_step(context, cell, facts, site, variables_code)
+                if in_step is not None:  # its optimizer is given to the step: broadcast there, once it stepped
+                    yield in_step
+                    continue
             edit = (insert_after if where == "after" else insert_before)(
                 a_cell, a_facts, a_stmt, code, [NEEDS_NPU_DEVICE]
             )
@@ -878,6 +969,33 @@ class MissingBroadcast(Rule):
                             "first with model.build(input_shape), or the broadcast finds no variables)").format(code=code)
             yield self.finding(a_cell, a_facts, a_stmt, message, [edit])
 
+
+    def _after_the_first_update_in_the_step(self, context, cell, facts, gradient: CallSite, variables: str):
+        """A model built on its first call, given to the step function through the notebook's functions
+        (``train_loop(autoencoder, opt, ...)`` calling ``train(loss, model, opt, x)``): broadcast right
+        after the step's update, once its Keras optimizer has made one step. In the step itself, so only
+        for a step run eagerly (a collective under a ``tf.cond`` of a ``tf.function`` would not be ordered
+        against the step's all-reduce). None when that does not hold."""
+        function = facts.functions.get(gradient.function) if gradient.function else None
+        if function is None or _compiled(function) or any(
+                _compiled(f) for _c, c_facts, call in _uses_of_function(context, gradient.function, cell)
+                for f in [c_facts.functions.get(call.function)] if f is not None):
+            return None
+        updates = [call for call in facts.calls_by_method.get("apply_gradients", ())
+                   if call.function == gradient.function and call.node.lineno > gradient.node.lineno
+                   and isinstance(call.stmt, ast.Expr) and isinstance(call.receiver, ast.Name)]
+        if len(updates) != 1 or not _is_keras_optimizer(context, cell, facts, gradient.function, updates[0].receiver.id):
+            return None
+        update = updates[0]
+        optimizer = update.receiver.id
+        code = f"if {optimizer}.iterations == 1:\n    {context.npu}.distribute.broadcast({variables})"
+        return self.finding(
+            cell, facts, update.stmt,
+            _("variables are not broadcast from rank 0, and the model {function} trains is built on its first "
+              "call: broadcast it after the first step, when {optimizer}.iterations is 1").format(
+                function=gradient.function, optimizer=optimizer),
+            [insert_after(cell, facts, update.stmt, code, [NEEDS_NPU_DEVICE])],
+        )
 
     # -- TF-Agents: the agent's variables, once it is initialized
     def _agents(self, context) -> Iterator[Finding]:
@@ -990,6 +1108,31 @@ def model_built_at(context, model: str, cell: int, line: int) -> Optional[bool]:
             if call.dotted == function and between(c2, call) and _calls_model(context, function, model):
                 return True  # a training step run at the top level (train_step(x, y)): the model was called in it
     return False
+
+
+def _compiled(function: ast.AST) -> bool:
+    """Decorated with ``tf.function`` (or ``function``)?"""
+    return any((dotted_name(d.func if isinstance(d, ast.Call) else d) or "").rsplit(".", 1)[-1] == "function"
+               for d in getattr(function, "decorator_list", ()))
+
+
+def _is_keras_optimizer(context, cell, facts, function: str, name: str) -> bool:
+    """Is ``name`` in ``function`` a Keras optimizer (it has ``iterations``): made at the top level, or given
+    through the notebook's functions from a name made there?"""
+    if name in positional_parameters(facts.functions[function]):
+        passed = _passed_to(context, cell, facts, function, name, [], PASSED_ON)
+        if passed is None:
+            return False
+        name = passed[3]
+    created = [a.value for _unused, _unused, a in context.facts.assignments(name)
+               if a.function is None and isinstance(a.value, ast.Call)]
+    return bool(created) and context.facts.resolve(dotted_name(created[-1].func)) in K.KERAS_OPTIMIZERS
+
+
+def _unbuilt_keras_model_at(context, model: str, cell: int, line: int) -> bool:
+    from .broadcast_before_build import _unbuilt_at  # that rule's judgement, so that a fix never trips it
+
+    return _unbuilt_at(context, model, cell, line)
 
 
 def _notebook_functions(context) -> List[str]:
@@ -1317,22 +1460,34 @@ def _as_passed_at_the_top_level(context, cell, facts, site: CallSite, variables:
     while isinstance(root, ast.Attribute):
         chain.append(root.attr)
         root = root.value
-    function = facts.functions.get(site.function) if site.function else None
-    if not isinstance(root, ast.Name) or function is None:
+    if not isinstance(root, ast.Name):
         return None
-    names = [a.arg for a in [*function.args.posonlyargs, *function.args.args]]
-    if root.id not in names:
+    return _passed_to(context, cell, facts, site.function, root.id, chain, PASSED_ON)
+
+
+# How many functions a model given as an argument is followed out through (``train_model(mlp)``
+# calling ``train_step(..., mlp, ...)``: the core API's guides).
+PASSED_ON = 2
+
+
+def _passed_to(context, cell, facts, function_name: Optional[str], parameter: str, chain: List[str], depth: int):
+    """Where the notebook gives ``function_name`` the model its ``parameter`` stands for (see above)."""
+    function = facts.functions.get(function_name) if function_name else None
+    if function is None:
         return None
-    position = names.index(root.id)
-    for c_cell, c_facts, call in _uses_of_function(context, site.function, cell):
-        if (call.dotted or "").rsplit(".", 1)[-1] != site.function:
+    names = positional_parameters(function)
+    if parameter not in names:
+        return None
+    position = names.index(parameter)
+    for c_cell, c_facts, call in _uses_of_function(context, function_name, cell):
+        if (call.dotted or "").rsplit(".", 1)[-1] != function_name:
             continue  # passed on (strategy.run(step, ...)): its arguments are not the step's
         if call.function is not None:
-            found = _as_passed_in_its_function(context, c_cell, c_facts, call, position, root.id, chain)
+            found = _as_passed_in_its_function(context, c_cell, c_facts, call, position, parameter, chain, depth)
             if found is not None:
                 return found
             continue
-        given = call.argument(position, root.id)
+        given = call.argument(position, parameter)
         if not isinstance(given, ast.Name):
             continue
         bound = [a for _unused, _unused, a in context.facts.assignments(given.id) if a.function is None]
@@ -1343,11 +1498,12 @@ def _as_passed_at_the_top_level(context, cell, facts, site: CallSite, variables:
 
 
 def _as_passed_in_its_function(context, cell, facts: CellFacts, call: CallSite, position: int, parameter: str,
-                               chain: List[str]):
+                               chain: List[str], depth: int = 0):
     """(cell, facts, statement, code) for a helper called inside another function with what that
     function made (``main()`` builds ``model``, then loops over ``grad_utils.apply_gradients(optimizer,
     tape, loss, model.trainable_variables)``, the vendor's guide's shape): broadcast before the
-    outermost loop around the call in that function, once the model is made; else None."""
+    outermost loop around the call in that function, once the model is made; with what that function
+    was itself given (one of its parameters), where it is given it; else None."""
     given = call.argument(position, parameter)
     given_root = chain_root_name(given) if given is not None else None
     caller = facts.functions.get(call.function)
@@ -1357,6 +1513,8 @@ def _as_passed_in_its_function(context, cell, facts: CellFacts, call: CallSite, 
         return _as_an_attribute_of_its_instance(context, facts, call, given, chain)
     made = [a for a in facts.assignments.get(given_root, ()) if a.function == call.function
             and a.stmt.lineno < call.stmt.lineno]
+    if not made and depth > 1 and isinstance(given, ast.Name) and given_root in positional_parameters(caller):
+        return _passed_to(context, cell, facts, call.function, given_root, chain, depth - 1)
     if not made or any(makes_a_tensor(context, a.value) for a in made):
         return None
     before = _outermost_loop_around(caller, call.stmt) or call.stmt

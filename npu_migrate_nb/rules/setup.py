@@ -5,8 +5,9 @@ from __future__ import annotations
 import ast
 from typing import AbstractSet, Iterable, List, Optional, Set, Tuple  # noqa: F401
 
+from .. import knowledge as K
 from ..facts import NPU_BRIDGE_NAMES
-from ..findings import NEEDS_NPU_BRIDGE, NEEDS_NPU_DEVICE, NEEDS_OS, Edit, Finding
+from ..findings import NEEDS_DENSE_GRADIENTS, NEEDS_NPU_BRIDGE, NEEDS_NPU_DEVICE, NEEDS_OS, Edit, Finding
 from ..i18n import _
 from .base import Example, Rule, insert_after, insert_before
 
@@ -96,12 +97,29 @@ def setup_lines(context, needs: AbstractSet[str], cells=None) -> List[str]:
         fact.local == "*" and fact.module.startswith(BRIDGE_STAR_MODULES) for fact in imports
     ):
         lines.append(bridge_star_import(context))
+    if NEEDS_DENSE_GRADIENTS in needs and not any(K.DENSE_GRADIENTS in facts.functions for _unused, facts in cells):
+        lines.append(dense_gradients_helper(context))
     if NEEDS_NPU_DEVICE in needs:
         if not any(fact.module == "npu_device" for fact in imports):
             lines.append(f"import npu_device as {context.npu}")
         if cells is context.facts.notebook_cells and not context.uses("npu_device.open"):
             lines.append(f"{context.npu}.open().as_default()")
     return lines
+
+
+def dense_gradients_helper(context) -> str:
+    """The definition of the helper that makes an optimizer's sparse gradients dense (see
+    K.SPARSE_GRADIENT_LOOKUPS), written once after TensorFlow's import."""
+    tf = context.tf
+    return (
+        f"def {K.DENSE_GRADIENTS}(optimizer):\n"
+        "    compute_gradients = optimizer.compute_gradients\n"
+        "    def dense(*args, **kwargs):\n"
+        f"        return [({tf}.convert_to_tensor(grad) if isinstance(grad, {tf}.IndexedSlices) else grad, var)\n"
+        "                for grad, var in compute_gradients(*args, **kwargs)]\n"
+        "    optimizer.compute_gradients = dense\n"
+        "    return optimizer"
+    )
 
 
 BRIDGE_STAR_IMPORT = "from npu_bridge.npu_init import *"

@@ -29,6 +29,9 @@ class UnseededShuffle(Rule):
     severity = "error"
 
     VALID = [
+        # Shuffled in place after the notebook seeded numpy's random state: the same order on every rank.
+        "import numpy as np\nnp.random.seed(0)\nnp.random.shuffle(data)\nmodel.compile('adam', 'mse')\n"
+        "model.fit(data[:, :4], data[:, 4])\n",
         # Split with one seed, or not shuffled: the same split on every rank.
         "import tensorflow as tf\nfrom sklearn.model_selection import train_test_split\n"
         "a, b = train_test_split(x, test_size=0.2, random_state=42)\nmodel.compile('adam', 'mse')\nmodel.fit(a, a)\n",
@@ -89,6 +92,27 @@ class UnseededShuffle(Rule):
             "traindf, evaldf = df[msk], df[~msk]\n"
             "model.compile(optimizer='adam', loss='mse')\nmodel.fit(traindf.values, traindf.values, epochs=2)\n",
         ),
+        # A list shuffled in place from Python's random state, then made the dataset that is sharded.
+        Example(
+            "import random\nimport tensorflow as tf\n"
+            "random.shuffle(paths)\n"
+            "ds = tf.data.Dataset.from_tensor_slices(paths)\n"
+            "model.compile(optimizer='adam', loss='mse')\nmodel.fit(ds, epochs=2)\n",
+            "import random\nimport tensorflow as tf\n"
+            "random.seed(1234)\n"
+            "random.shuffle(paths)\n"
+            "ds = tf.data.Dataset.from_tensor_slices(paths)\n"
+            "model.compile(optimizer='adam', loss='mse')\nmodel.fit(ds, epochs=2)\n",
+        ),
+        Example(
+            "import numpy as np\nimport tensorflow as tf\n"
+            "np.random.shuffle(data)\n"
+            "model.compile(optimizer='adam', loss='mse')\nmodel.fit(data[:, :4], data[:, 4], epochs=2)\n",
+            "import numpy as np\nimport tensorflow as tf\n"
+            "np.random.seed(1234)\n"
+            "np.random.shuffle(data)\n"
+            "model.compile(optimizer='adam', loss='mse')\nmodel.fit(data[:, :4], data[:, 4], epochs=2)\n",
+        ),
         # A Keras utility shuffles by itself, with a seed of its own on each rank.
         Example(
             "import os\nimport tensorflow as tf\n"
@@ -113,7 +137,29 @@ class UnseededShuffle(Rule):
                       "it seed={seed}, the same on every rank (or shuffle after the shard)").format(seed=K.SHARED_SEED),
                     [add_argument(cell, facts, shuffle, f"{_seed_keyword_of(shuffle)}={K.SHARED_SEED}")],
                 )
-        return list(found.values()) + list(self._unseeded_splits(context)) + list(self._masks_drawn_per_rank(context))
+        return list(found.values()) + list(self._unseeded_splits(context)) + list(self._masks_drawn_per_rank(context)) \
+            + list(self._shuffled_in_place_per_rank(context))
+
+    def _shuffled_in_place_per_rank(self, context) -> Iterator[Finding]:
+        """``np.random.shuffle(data)`` or ``random.shuffle(paths)`` at the top level, the list or array read
+        after: each rank's global random state is its own, so each shards a different order of it."""
+        if not context.frameworks:
+            return
+        for cell, facts, site in context.facts.calls_to(*_IN_PLACE_SHUFFLES):
+            shuffled = site.argument(0, "x")
+            module = dotted_name(site.node.func.value) if isinstance(site.node.func, ast.Attribute) else None
+            if site.function is not None or not isinstance(site.stmt, ast.Expr) or module is None \
+                    or not isinstance(shuffled, ast.Name) or not _read_after(context, shuffled.id, cell, site.stmt):
+                continue
+            seeds = _IN_PLACE_SHUFFLES[context.facts.resolve(site.dotted)]
+            if any(context.facts.calls_to(seeds)):
+                continue  # the notebook seeds that random state itself
+            call = f"{module}.seed({K.SHARED_SEED})"
+            yield self.finding(cell, facts, site.node, _(
+                "{name} is shuffled in place from a random state seeded differently on each rank: each rank takes its "
+                "shard of a different order (ranks read overlapping samples and miss others); seed it once before, "
+                "the same on every rank ({call})").format(name=shuffled.id, call=call),
+                [insert_before(cell, facts, site.stmt, call)])
 
     def _masks_drawn_per_rank(self, context) -> Iterator[Finding]:
         """``msk = np.random.rand(len(df)) < 0.8`` then ``df[msk]``, ``df[~msk]``: a split drawn from numpy's
@@ -174,6 +220,31 @@ def _indexes_data(context, name: str) -> bool:
 
 
 _RANDOM_SPLITS = ("sklearn.model_selection.train_test_split", "sklearn.cross_validation.train_test_split")
+# In-place shuffles drawing from a process's global random state -> the call that seeds that state.
+_IN_PLACE_SHUFFLES = {"numpy.random.shuffle": "numpy.random.seed", "random.shuffle": "random.seed"}
+
+
+# Calls that take the data a training reads.
+_DATA_TAKERS = frozenset({"fit", "train_on_batch", "from_tensor_slices", "flow", "numpy_input_fn", "pandas_input_fn",
+                          "shard_and_rebatch_dataset"})
+
+
+def _read_after(context, name: str, cell: int, stmt: ast.stmt) -> bool:
+    """Is ``name`` read as data after ``stmt`` (in its cell, or a later one): indexed or sliced, used as
+    an index (``x[order]``), or given to what takes training data (a random baseline computed from a
+    shuffled copy of the labels is not)?"""
+    for other, facts in context.facts.cells_mentioning(name):
+        if other < cell:
+            continue
+        for load, ancestors in facts.loads(name):
+            if other == cell and load.lineno <= (stmt.end_lineno or stmt.lineno):
+                continue
+            parent = ancestors[-1] if ancestors else None
+            if isinstance(parent, ast.Subscript) or (
+                    isinstance(parent, ast.Call) and load in parent.args
+                    and (dotted_name(parent.func) or "").rsplit(".", 1)[-1] in _DATA_TAKERS):
+                return True
+    return False
 
 
 def _sharded_pipelines(context) -> Iterator[Tuple[int, CellFacts, ast.expr, Optional[str], int]]:

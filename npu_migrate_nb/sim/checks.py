@@ -65,6 +65,7 @@ FIXES = {
                         "(TF1: npu_distributed_optimizer_wrapper)"),
         "optimizer step": N_("grads = npu.distribute.all_reduce(grads, reduction='mean') before apply_gradients, "
                              "or wrap the optimizer with npu.distribute.npu_distributed_keras_optimizer_wrapper"),
+        "tape gradient": N_("grads = npu.distribute.all_reduce(grads, reduction='mean') right after tape.gradient"),
     },
     "shard": {
         "estimator": N_("in the input_fn: dataset.shard(int(os.environ['RANK_SIZE']), int(os.environ['RANK_ID'])) "
@@ -195,7 +196,7 @@ def check_broadcast(records: Records, size: int) -> Check:
             "broadcast",
             NOT_OBSERVED,
             _("no training step seen on rank(s) {ranks} "
-              "(watched: Keras fit, Estimator.train, optimizer apply_gradients)").format(ranks=_ranks(missing)),
+              "(watched: Keras fit, Estimator.train, optimizer apply_gradients, tape gradients of variables updated by hand)").format(ranks=_ranks(missing)),
         )
     starts = {rank: first_start(records[rank]) for rank in range(size)}
     cell = starts[0]["cell"]
@@ -223,7 +224,7 @@ def _other_trained_sets(rank_records: List[dict], first: dict) -> List[list]:
     names = []
     for record in rank_records:
         if record["kind"] == "weights" and record["moment"] == "start" and record["names"] != first["names"] \
-                and record["source"] == "optimizer step" and record["names"] not in names:
+                and record["source"] in ("optimizer step", "tape gradient") and record["names"] not in names:
             names.append(record["names"])
     return names
 

@@ -13,7 +13,9 @@ Installed in every rank before user code (:func:`install`). What it watches:
   trainable variables after every ``after_create_session`` (where the broadcast hook runs); ``end``
   reads the final values. ``input_fn`` is wrapped so that a separate iterator of its dataset gives
   the first batch.
-* Custom loops: optimizer ``apply_gradients`` (Keras, legacy Keras and ``tf.compat.v1.train``).
+* Custom loops: optimizer ``apply_gradients`` (Keras, legacy Keras and ``tf.compat.v1.train``);
+  eager ``GradientTape.gradient`` of variables that no such optimizer updates and that change while
+  the cell reads input (an optimizer written by hand, see :class:`_TapeTracker`).
   Eagerly it reads the variables before the first update; under ``tf.function`` or in a graph the
   Python side runs only while tracing, so a ``tf.numpy_function`` before the update does the
   reading: in a TF2 function only at the first two steps (a ``tf.cond`` on a step-counting
@@ -58,6 +60,7 @@ _state = threading.local()
 _cell: Optional[int] = None
 _installed = False
 _rank_seed: Optional[int] = None
+_inputs_in_cell = 0  # input records made since the cell started
 
 
 # ------------------------------------------------------------------------------- runner side API
@@ -65,9 +68,10 @@ _rank_seed: Optional[int] = None
 
 def begin_cell(cell: int, language: Optional[str] = None) -> None:
     """A cell starts; ``language``: the controller's (what the rank's own messages are said in)."""
-    global _cell
-    _cell = cell
+    global _cell, _inputs_in_cell
+    _cell, _inputs_in_cell = cell, 0
     _loop_tracker.begin_cell()
+    _tape_tracker.begin_cell()
     _fits_cut_at.clear()
     if language is not None:
         from .. import i18n
@@ -209,6 +213,7 @@ def take_records() -> List[dict]:
 def reset() -> None:
     _records.clear()
     _loop_tracker.forget()
+    _tape_tracker.forget()
     _session_proof.forget()
 
 
@@ -251,8 +256,10 @@ def _as_numpy(value: Any) -> np.ndarray:
 
 
 def _record(kind: str, source: str, **fields) -> None:
+    global _inputs_in_cell
     fields.update(kind=kind, source=source, cell=_cell, seq=next(_sequence))
     _records.append(fields)
+    _inputs_in_cell += kind == "input"
 
 
 def record_weights(moment: str, source: str, names: List[str], arrays: List[np.ndarray], **extra) -> None:
@@ -1178,6 +1185,7 @@ class _Trained:
         self.arrays: Optional[List[np.ndarray]] = None  # graph-mode values, read before the last update
         self.dirty = False
         self.observed = None  # TF2 functions: a variable counting this set's observed updates
+        self.source = "optimizer step"
 
 
 class _LoopTracker:
@@ -1247,7 +1255,13 @@ class _LoopTracker:
         moved, self._steps_at_last_end = steps != self._steps_at_last_end, steps
         return moved
 
-    def on_step(self, variables, arrays, counted: bool = False) -> None:
+    def trains_any_of(self, names: tuple) -> bool:
+        """Does an optimizer (a set it updates) hold any of these variables?"""
+        wanted = set(names)
+        return any(trained.source == "optimizer step" and wanted.intersection(key)
+                   for key, trained in self._trained.items())
+
+    def on_step(self, variables, arrays, counted: bool = False, source: str = "optimizer step") -> None:
         """Called before every update of a set of variables; its first call is the start of training,
         its second one sees the first update's result ("step1": how large one update was). ``counted``:
         the step is also counted by the TF2 functions' step counter. ``arrays``: the values (a graph's,
@@ -1256,15 +1270,16 @@ class _LoopTracker:
         trained = self._trained.setdefault(_names(variables), _Trained())
         trained.dirty = True
         trained.steps += 1
+        trained.source = source
         self._uncounted_steps += 0 if counted else 1
         kept = None if callable(arrays) else arrays
         read = arrays if kept is None else lambda: kept
         if not self._feed_recorded:
             self._feed_recorded = _record_session_feed()
         if trained.steps == 1:
-            record_weights("start", "optimizer step", [v.name for v in variables], read())
+            record_weights("start", source, [v.name for v in variables], read())
         elif trained.steps == OBSERVED_STEPS:  # the last step a TF2 function lets the probe see
-            record_weights("step1", "optimizer step", [v.name for v in variables], read())
+            record_weights("step1", source, [v.name for v in variables], read())
         trained.variables, trained.arrays = list(variables), kept
 
     def record_end_values(self) -> None:
@@ -1284,7 +1299,7 @@ class _LoopTracker:
                     arrays = _read_without_copying(trained.variables)
                 except Exception:  # variables of a graph, in an eager program
                     pass
-            record_weights("end", "optimizer step", [v.name for v in trained.variables], arrays,
+            record_weights("end", trained.source, [v.name for v in trained.variables], arrays,
                            steps=total - self._steps_recorded)
         self._steps_recorded = total
 
@@ -1350,6 +1365,91 @@ def _wrap_apply_gradients(original):
 
     apply_gradients._npu_probe = True
     return apply_gradients
+
+
+TAPE_GRADIENT = "tape gradient"
+
+
+class _TapeTracker:
+    """Variables trained by hand from a tape's gradients, with no optimizer the probes know (an
+    optimizer class written in the notebook, ``w.assign_sub(lr * dw)``): the core API's own guides.
+
+    A gradient of variables is not yet training: a tour of the tape takes gradients and updates
+    nothing, and a toy minimizes a function of a scalar with no data. So a set of variables counts
+    as trained at its second gradient in a cell (eagerly, outside fit and the optimizers' probes)
+    when, since its first one, the variables changed, no optimizer updated any of them, and the cell
+    read input (a dataset iterated, a batch fed). Its start is then the values read at the first gradient, its
+    "step1" the values now, and each later gradient is a step of the loop tracker (proof mode ends
+    the loop by those steps, the end values are read after the cell)."""
+
+    # Gradients of a set that is still not trained after this many: no longer compared (each comparison
+    # reads the variables; a loop that only looks at gradients would pay it every step).
+    WATCHED_GRADIENTS = 4
+
+    def __init__(self):
+        self._first: Dict[tuple, list] = {}  # names -> the values at the set's first gradient
+        self._seen: Dict[tuple, int] = {}  # names -> gradients taken while not found trained
+        self._trained: set = set()  # names of the sets found trained by hand
+
+    def forget(self) -> None:
+        self.__init__()
+
+    def begin_cell(self) -> None:
+        """Each cell watches afresh: a set is found trained within one cell, which reads its input."""
+        self._first.clear()
+        self._seen.clear()
+
+    def on_gradient(self, variables: list) -> None:
+        names = _names(variables)
+        if names in self._trained:
+            _loop_tracker.on_step(variables, lambda: _read_without_copying(variables), source=TAPE_GRADIENT)
+            return
+        if _loop_tracker.trains_any_of(names):
+            return  # an optimizer applies them: its own probe sees the steps
+        self._seen[names] = seen = self._seen.get(names, 0) + 1
+        if seen > self.WATCHED_GRADIENTS:
+            self._first.pop(names, None)
+            return
+        first = self._first.get(names)
+        if first is None:
+            self._first[names] = _read_without_copying(variables)  # shares buffers: an update copies first
+            return
+        now = _read_without_copying(variables)
+        if not _inputs_in_cell or not _changed(first, now):
+            return
+        self._trained.add(names)
+        del self._first[names]
+        _loop_tracker.on_step(variables, lambda: first, source=TAPE_GRADIENT)
+        _loop_tracker.on_step(variables, lambda: now, source=TAPE_GRADIENT)
+
+
+def _changed(before: list, after: list) -> bool:
+    return any(np.shape(a) != np.shape(b) or not np.array_equal(a, b) for a, b in zip(before, after))
+
+
+_tape_tracker = _TapeTracker()
+
+
+def _wrap_tape_gradient(original):
+    @functools.wraps(original)
+    def gradient(self, target, sources, *args, **kwargs):
+        result = original(self, target, sources, *args, **kwargs)
+        if _busy():
+            return result
+        import tensorflow as tf
+
+        if not tf.executing_eagerly():
+            return result
+        try:
+            variables = tf.nest.flatten(sources)
+        except Exception:
+            return result
+        if variables and all(isinstance(v, tf.Variable) and v.trainable for v in variables):
+            _tape_tracker.on_gradient(variables)
+        return result
+
+    gradient._npu_probe = True
+    return gradient
 
 
 # TF1 graph -> the names of the ops that apply an optimizer's update: a session run that fetches one trains.
@@ -1690,6 +1790,7 @@ def install(seed: Optional[int] = None) -> None:
         pass
     for optimizer_class in _optimizer_classes(tf):
         _patch(optimizer_class, "apply_gradients", _wrap_apply_gradients)
+    _patch(tf.GradientTape, "gradient", _wrap_tape_gradient)
     _patch(tf.keras.Model, "evaluate", lambda original: _wrap_evaluate(original, "keras evaluate"))
     _patch(tf.data.Dataset, "__iter__", _wrap_dataset_iter)
     _patch(tf.data.Dataset, "shuffle", _wrap_shuffle)

@@ -127,3 +127,45 @@ def test_row_digests_are_a_multiset_of_rows_across_components():
         out["no_first_dim"] = probes.row_digests(np.float32(1.0))
     """)
     assert out == {"same_rows_reordered": True, "pairs_matter": True, "no_first_dim": None}
+
+
+def test_a_hand_written_update_is_training_and_a_tour_of_the_tape_is_not():
+    """Gradients of variables updated by no known optimizer count as training only when the
+    variables change while the cell reads input; an optimizer's loop is seen by its own probe once."""
+    out = run("""
+        x = np.arange(64, dtype="float32").reshape(16, 4) / 64
+        y = x.sum(axis=1, keepdims=True)
+        dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(4)
+        def moments():
+            return [(r["moment"], r["source"]) for r in probes.end_cell() if r["kind"] == "weights"]
+
+        probes.begin_cell(1)  # a tour: a scalar minimized by hand, no data read
+        w = tf.Variable(3.0)
+        for _ in range(5):
+            with tf.GradientTape() as tape:
+                loss = (w - 1.0) ** 2
+            w.assign_sub(0.1 * tape.gradient(loss, w))
+        out["tour"] = moments()
+
+        probes.begin_cell(2)  # an optimizer written by hand, on batches
+        kernel, bias = tf.Variable(tf.zeros([4, 1])), tf.Variable(tf.zeros([1]))
+        for features, targets in dataset:
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(tf.square(features @ kernel + bias - targets))
+            for grad, var in zip(tape.gradient(loss, [kernel, bias]), [kernel, bias]):
+                var.assign_sub(0.1 * grad)
+        out["by_hand"] = moments()
+
+        probes.begin_cell(3)  # a Keras optimizer's loop: its own probe, not the tape's
+        model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(4,))])
+        optimizer = tf.keras.optimizers.SGD(0.1)
+        for features, targets in dataset:
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(tf.square(model(features) - targets))
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        out["optimizer"] = moments()
+    """)
+    assert out["tour"] == []
+    assert out["by_hand"] == [["start", "tape gradient"], ["step1", "tape gradient"], ["end", "tape gradient"]]
+    assert out["optimizer"] == [["start", "optimizer step"], ["step1", "optimizer step"], ["end", "optimizer step"]]
