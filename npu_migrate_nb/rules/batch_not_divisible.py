@@ -10,6 +10,7 @@ from ..findings import Finding
 from ..i18n import _
 from ..names import positional_parameters
 from .base import Example, Rule, int_literal
+from .training_reach import binding_trains_nothing
 
 
 class BatchNotDivisible(Rule):
@@ -28,6 +29,19 @@ class BatchNotDivisible(Rule):
         "BATCH = 128\nds = ds.batch(BATCH)\n",
         # A batch of 1 is not split: each rank reads one sample a step (missing-shard says what that means).
         "ds = ds.batch(1)\n",
+        # A helper's dataset shown at a batch of 5, then made again at the training's 32 (TensorFlow's
+        # structured-data guides): the 5 trains on nothing (missing-shard has each rank show 5 samples).
+        "import npu_device as npu\n"
+        "def df_to_dataset(frame, batch_size=32):\n"
+        "    ds, rank_batch_size = npu.distribute.shard_and_rebatch_dataset(ds_of(frame), batch_size)\n"
+        "    return ds.batch(rank_batch_size)\n"
+        "batch_size = 5\n"
+        "train_ds = df_to_dataset(train, batch_size=batch_size)\n"
+        "example_batch = next(iter(train_ds))[0]\n"
+        "print(layer(example_batch))\n"
+        "batch_size = 32\n"
+        "train_ds = df_to_dataset(train, batch_size=batch_size)\n"
+        "model.fit(train_ds)\n",
         # One element repeated: sharding does not apply, so no batch is split.
         "import tensorflow as tf\nmodel.compile('sgd', 'mse')\n"
         "ds = tf.data.Dataset.from_tensors(([1.], [1.])).repeat(100).batch(10)\nmodel.fit(ds)\n",
@@ -40,13 +54,14 @@ class BatchNotDivisible(Rule):
         Example("BATCH_SIZE = 60\nds = ds.batch(BATCH_SIZE)\n"),
         Example("import npu_device as npu\nds, bs = npu.distribute.shard_and_rebatch_dataset(ds, 30)\n"),
         Example("model.fit(x, y, batch_size=50)\n"),
-        # A helper that batches with its parameter, called with a demonstration batch beside the training's.
+        # A helper that batches with its parameter, called with a small batch that trains too.
         Example("import npu_device as npu\n"
                 "def df_to_dataset(frame, batch_size=32):\n"
                 "    ds, rank_batch_size = npu.distribute.shard_and_rebatch_dataset(ds_of(frame), batch_size)\n"
                 "    return ds.batch(rank_batch_size)\n"
                 "batch_size = 5\n"
-                "demo_ds = df_to_dataset(train, batch_size=batch_size)\n"
+                "small_ds = df_to_dataset(train, batch_size=batch_size)\n"
+                "model.fit(small_ds)\n"
                 "batch_size = 32\n"
                 "train_ds = df_to_dataset(train, batch_size=batch_size)\n"),
     ]
@@ -110,8 +125,9 @@ def _batch_sizes(context):
 def _given_through_helpers(context, sizes):
     """Each batch size, and for one that is a parameter of the helper it is in (``def
     df_to_dataset(frame, batch_size=32)`` batching with it), what each of the helper's top-level calls
-    gives it instead (``df_to_dataset(train, batch_size=5)``, a demonstration beside the training's 32):
-    the helper runs with every one of them."""
+    gives it instead (``df_to_dataset(train, batch_size=32)``): the helper runs with every one of them.
+    A call whose dataset is only shown (``batch_size=5`` beside the training's 32) trains on nothing:
+    missing-shard's fix has each rank show that many samples."""
     for cell, facts, site, size in sizes:
         yield cell, facts, site, size, None
         function = facts.functions.get(site.function) if site.function and isinstance(size, ast.Name) else None
@@ -121,7 +137,9 @@ def _given_through_helpers(context, sizes):
         for c_cell, c_facts, call in context.facts.calls(site.function):
             if call.dotted == site.function and call.function is None:
                 given = call.argument(position, size.id)
-                if given is not None:  # valued where it is called: the notebook may rebind the name later
+                shown_only = call.node is getattr(call.stmt, "value", None) and binding_trains_nothing(
+                    context, c_cell, call.stmt)
+                if given is not None and not shown_only:  # valued where it is called: the notebook may rebind the name later
                     yield c_cell, c_facts, site, given, (c_cell, call.node.lineno)
 
 

@@ -9,6 +9,7 @@ from .. import knowledge as K
 from ..facts import CallSite, CellFacts, chain_root_name, dotted_name, receiver_name
 from ..findings import NEEDS_NPU_DEVICE, NEEDS_OS, Edit, Finding
 from ..i18n import N_, _, ngettext
+from ..names import positional_parameters
 from ..ranks import rank_free_shards
 from .batch_not_divisible import global_batch_value
 from .base import (
@@ -30,7 +31,8 @@ from .per_example_sizes import graph_cells, loops_over, per_rank_sizes
 from .tfds_containers import (
     TrainingSplit, files_shuffled_alike, first_batch, holders, returns_a_container, training_splits, whole_for_adapt,
 )
-from .training_reach import feeds_no_training
+from .full_batch import full_batch_arrays
+from .training_reach import binding_trains_nothing, feeds_no_training
 
 RANK_BATCH = "rank_batch_size"
 RANK_BATCHES = "RankBatches"
@@ -297,6 +299,85 @@ class MissingShard(Rule):
             "for window in window_dataset(tf.range(10), 3, batch_size=int(os.getenv('RANK_SIZE', '1'))):\n"
             "    print(window.numpy())\n# %%\n"
             "model.compile(optimizer='sgd', loss='mse')\nmodel.fit(window_dataset(series, 30, 128))\n",
+        ),
+        # ... and a helper's dataset shown at a batch of 5, then made again at the training's 32 (TensorFlow's
+        # structured-data guides): the shown one gets 5 x RANK_SIZE, five samples on each rank; the trained
+        # one is split.
+        Example(
+            "import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\n"
+            "def df_to_dataset(frame, batch_size=32):\n"
+            "    ds = tf.data.Dataset.from_tensor_slices(dict(frame))\n"
+            "    return ds.batch(batch_size)\n# %%\n"
+            "batch_size = 5\ntrain_ds = df_to_dataset(train, batch_size=batch_size)\n"
+            "val_ds = df_to_dataset(val, batch_size=batch_size)\n"
+            "example_batch = next(iter(train_ds))[0]\nprint(feature_layer(example_batch))\n# %%\n"
+            "batch_size = 32\ntrain_ds = df_to_dataset(train, batch_size=batch_size)\n"
+            "val_ds = df_to_dataset(val, batch_size=batch_size)\n"
+            "model.compile(optimizer='sgd', loss='mse')\nmodel.fit(train_ds, validation_data=val_ds)\n",
+            "import tensorflow as tf\nimport os\nimport npu_device as npu\nnpu.open().as_default()\n"
+            "def df_to_dataset(frame, batch_size=32):\n"
+            "    ds = tf.data.Dataset.from_tensor_slices(dict(frame))\n"
+            "    ds, rank_batch_size = npu.distribute.shard_and_rebatch_dataset(ds, batch_size)\n"
+            "    return ds.batch(rank_batch_size)\n# %%\n"
+            "batch_size = 5\ntrain_ds = df_to_dataset(train, batch_size=batch_size * int(os.getenv('RANK_SIZE', '1')))\n"
+            "val_ds = df_to_dataset(val, batch_size=batch_size * int(os.getenv('RANK_SIZE', '1')))\n"
+            "example_batch = next(iter(train_ds))[0]\nprint(feature_layer(example_batch))\n# %%\n"
+            "batch_size = 32\ntrain_ds = df_to_dataset(train, batch_size=batch_size)\n"
+            "val_ds = df_to_dataset(val, batch_size=batch_size)\n"
+            "model.compile(optimizer='sgd', loss='mse')\nmodel.fit(train_ds, validation_data=val_ds)\n",
+        ),
+        # Full-batch gradient descent on arrays written in a cell (TensorFlow-Examples' linear regression):
+        # each rank keeps its rows where they are made.
+        Example(
+            "import numpy as np\nimport tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\n"
+            "X = np.array([3.3, 4.4, 5.5, 6.71, 6.93, 4.168, 9.779, 6.182, 7.59, 2.167])\n"
+            "Y = np.array([1.7, 2.76, 2.09, 3.19, 1.694, 1.573, 3.366, 2.596, 2.53, 1.221])\n"
+            "W = tf.Variable(0.5)\noptimizer = tf.optimizers.SGD(0.01)\n"
+            "def step():\n    with tf.GradientTape() as g:\n        loss = tf.reduce_mean(tf.square(W * X - Y))\n"
+            "    gradients = npu.distribute.all_reduce(g.gradient(loss, [W]), reduction='mean')\n"
+            "    optimizer.apply_gradients(zip(gradients, [W]))\n"
+            "for _ in range(100):\n    step()\n",
+            "import numpy as np\nimport tensorflow as tf\nimport os\nimport npu_device as npu\nnpu.open().as_default()\n"
+            "X = np.array([3.3, 4.4, 5.5, 6.71, 6.93, 4.168, 9.779, 6.182, 7.59, 2.167])\n"
+            "X = X[int(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', '1'))]\n"
+            "Y = np.array([1.7, 2.76, 2.09, 3.19, 1.694, 1.573, 3.366, 2.596, 2.53, 1.221])\n"
+            "Y = Y[int(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', '1'))]\n"
+            "W = tf.Variable(0.5)\noptimizer = tf.optimizers.SGD(0.01)\n"
+            "def step():\n    with tf.GradientTape() as g:\n        loss = tf.reduce_mean(tf.square(W * X - Y))\n"
+            "    gradients = npu.distribute.all_reduce(g.gradient(loss, [W]), reduction='mean')\n"
+            "    optimizer.apply_gradients(zip(gradients, [W]))\n"
+            "for _ in range(100):\n    step()\n",
+        ),
+        # ... a TF1 graph on a constant (Google's ML courses): the constant's rows, where it is made; what is
+        # computed from it (Y) follows.
+        Example(
+            "import tensorflow as tf\nfrom npu_bridge.npu_init import *\n"
+            "X = tf.constant(value=[1, 2, 3, 4, 5, 6, 7, 8, 9, 10], dtype=tf.float32)\nY = 2 * X + 10\n"
+            "w0 = tf.get_variable(name='w0', initializer=tf.constant(0.0))\n"
+            "loss_mse = tf.reduce_mean((w0 * X - Y) ** 2)\n"
+            "train = npu_distributed_optimizer_wrapper(tf.train.GradientDescentOptimizer(0.02)).minimize(loss=loss_mse)\n"
+            "with tf.Session() as sess:\n    sess.run(tf.global_variables_initializer())\n"
+            "    for step in range(1000):\n        sess.run(train)\n",
+            "import tensorflow as tf\nimport os\nfrom npu_bridge.npu_init import *\n"
+            "X = tf.constant(value=[1, 2, 3, 4, 5, 6, 7, 8, 9, 10], dtype=tf.float32)\n"
+            "X = X[int(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', '1'))]\nY = 2 * X + 10\n"
+            "w0 = tf.get_variable(name='w0', initializer=tf.constant(0.0))\n"
+            "loss_mse = tf.reduce_mean((w0 * X - Y) ** 2)\n"
+            "train = npu_distributed_optimizer_wrapper(tf.train.GradientDescentOptimizer(0.02)).minimize(loss=loss_mse)\n"
+            "with tf.Session() as sess:\n    sess.run(tf.global_variables_initializer())\n"
+            "    for step in range(1000):\n        sess.run(train)\n",
+        ),
+        # ... and whole arrays fed every step of a TF1 loop (TensorFlow's workshops): the feed takes the rank's rows.
+        Example(
+            "import numpy as np\nimport tensorflow as tf\nx_train = np.random.rand(100).astype(np.float32)\n"
+            "train = tf.train.GradientDescentOptimizer(0.5).minimize(loss)\n"
+            "with tf.Session() as sess:\n    for step in range(200):\n"
+            "        sess.run(train, feed_dict={x_placeholder: x_train, learning_rate: 0.5})\n",
+            "import numpy as np\nimport tensorflow as tf\nimport os\nx_train = np.random.rand(100).astype(np.float32)\n"
+            "train = tf.train.GradientDescentOptimizer(0.5).minimize(loss)\n"
+            "with tf.Session() as sess:\n    for step in range(200):\n"
+            "        sess.run(train, feed_dict={x_placeholder: x_train[int(os.getenv('RANK_ID', '0'))::"
+            "int(os.getenv('RANK_SIZE', '1'))], learning_rate: 0.5})\n",
         ),
         # Windows taken one after another, a global batch of 1 (Udacity's stateful RNN): 33 windows
         # would shard 17/16, so they are first cut to a multiple of the ranks.
@@ -1036,6 +1117,8 @@ class MissingShard(Rule):
         findings += self._shard_tf1_mnist_batches(context)
         if "keras" in context.frameworks:
             findings += self._shard_arrays(context)
+        if not owned:
+            findings += self._shard_full_batch(context)
         return findings or ([] if owned else self.unlocated(
             context, _("every rank reads the same data, and no tf.data pipeline or input arrays were recognized "
                        "to shard: each rank must read its own slice (a dataset's .shard(RANK_SIZE, RANK_ID), arrays' "
@@ -1059,7 +1142,7 @@ class MissingShard(Rule):
                     note=_even_cut_note(context, facts, source)),
                 _env_shard(cell, facts, source, None, context),
             )
-        edits, ones, sizes_note = None, [], ""
+        edits, ones, shown, sizes_note = None, [], [], ""
         if not context.tf1 and batch is not None:
             edits = _shard_and_rebatch(context, cell, facts, source, batch)
         if edits is None:
@@ -1069,6 +1152,9 @@ class MissingShard(Rule):
             how = _("add npu.distribute.shard_and_rebatch_dataset before shuffle and batch")
             ones = _calls_with_a_batch_of_one(context, source, _batch_argument(batch))
             edits += [replace(c, f, node, K.RANK_SIZE_EXPR, [NEEDS_OS]) for c, f, node in ones]
+            shown = _shown_at_a_batch_it_cannot_split(context, source, _batch_argument(batch))
+            edits += [replace(c, f, node, f"{f.segment(node) if _is_simple(node) else '(' + f.segment(node) + ')'}"
+                              f" * {K.RANK_SIZE_EXPR}", [NEEDS_OS]) for c, f, node in shown]
             if source.function is None:  # rank_batch_size is a global: the step's own per-example sizes follow it
                 sizes = per_rank_sizes(context, _batch_argument(batch), RANK_BATCH, _steps_over(context, source, batch))
                 edits += sizes
@@ -1082,6 +1168,15 @@ class MissingShard(Rule):
                 "; calls in cell {cells} give it a global batch of 1, which cannot be split: RANK_SIZE "
                 "instead, so that each rank reads one sample a step as one card did",
                 len(ones),
+            ).format(cells=cells)
+        if shown:
+            cells = ", ".join(str(c) for c in dict.fromkeys(c for c, _f, _n in shown))
+            split += ngettext(
+                "; a call in cell {cells} makes a dataset only shown, at a global batch the ranks cannot split: "
+                "times RANK_SIZE, so that each rank shows as many samples as one card did",
+                "; calls in cell {cells} make datasets only shown, at a global batch the ranks cannot split: "
+                "times RANK_SIZE, so that each rank shows as many samples as one card did",
+                len(shown),
             ).format(cells=cells)
         note = sizes_note + _even_cut_note(context, facts, source)
         context.shard_fix_splits_batch |= batch is not None
@@ -1237,6 +1332,14 @@ class MissingShard(Rule):
             slices = [node for node in _offset_slices(loop) if not _is_placeholder(context, node.value.id)]
             if slices:
                 findings.append(self._shard_feed(context, cell, facts, loop, slices))
+                continue
+            whole = _whole_arrays_fed(context, site, loop)
+            if whole:
+                findings.append(self.finding(cell, facts, whole[0], _(
+                    "every rank feeds all of {arrays} each step (full-batch): feed this rank's rows "
+                    "(every RANK_SIZE-th from RANK_ID)").format(arrays=", ".join(node.id for node in whole)),
+                    [replace(cell, facts, node, f"{node.id}[{K.RANK_ID_EXPR}::{K.RANK_SIZE_EXPR}]", [NEEDS_OS])
+                     for node in whole]))
         return findings
 
     def _shard_feed(self, context, cell, facts: CellFacts, loop: ast.stmt, slices: List[ast.Subscript]) -> Finding:
@@ -1377,6 +1480,21 @@ class MissingShard(Rule):
                 "every rank reads all the rows this input_fn returns: give each rank every N-th row of each "
                 "feature and of the labels"), edits))
         return findings
+
+    def _shard_full_batch(self, context) -> List[Finding]:
+        """Arrays the steps read whole, with no dataset or feed: each rank keeps its rows where they are
+        made (``X = X[rank_id::rank_size]`` right after ``X = np.array([...])``)."""
+        arrays = full_batch_arrays(context)
+        if not arrays:
+            return []
+        rank_slice = f"[{K.RANK_ID_EXPR}::{K.RANK_SIZE_EXPR}]"
+        edits = [insert_after(array.cell, array.facts, array.stmt, f"{array.name} = {array.name}{rank_slice}", [NEEDS_OS])
+                 for array in arrays]
+        first = arrays[0]
+        return [self.finding(first.cell, first.facts, first.stmt, _(
+            "every rank trains on all of {names}, read whole by the training step (full-batch): give each rank its "
+            "rows ({name}[rank_id::rank_size]) where they are made").format(
+                names=", ".join(array.name for array in arrays), name=first.name), edits)]
 
     def _shard_arrays(self, context) -> Iterator[Finding]:
         scopes_with_rank_line = set()
@@ -1544,6 +1662,41 @@ def _offset_slices(loop: ast.stmt) -> List[ast.Subscript]:
         ):
             found.append(node)
     return found
+
+
+def _whole_arrays_fed(context, site: CallSite, loop: ast.stmt) -> List[ast.Name]:
+    """The names a training loop's ``session.run`` feeds whole each step (``feed_dict={x: x_train, y:
+    y_train}``, a full-batch regression): arrays made before the loop, not a batch the loop takes nor a
+    number (a learning rate, a keep probability)."""
+    feed = site.keyword("feed_dict")
+    feed = feed.value if feed is not None else (site.node.args[1] if len(site.node.args) > 1 else None)
+    if not isinstance(feed, ast.Dict) or not _runs_a_training_op(context, site):
+        return []
+    in_loop = {node.id for node in ast.walk(loop) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)}
+    fed = []
+    for value in feed.values:
+        if not isinstance(value, ast.Name) or value.id in in_loop or _is_placeholder(context, value.id):
+            continue
+        bound = [a for _c, _f, a in context.facts.assignments(value.id) if a.function is None]
+        if bound and not any(isinstance(node, ast.Constant) for node in [bound[-1].value]) and not (
+                isinstance(bound[-1].value, ast.UnaryOp) and isinstance(bound[-1].value.operand, ast.Constant)):
+            fed.append(value)
+    return fed
+
+
+def _runs_a_training_op(context, site: CallSite) -> bool:
+    """Does ``session.run(fetches, ...)`` (or ``train_op.run(...)``) run an op that ``minimize`` or
+    ``apply_gradients`` made? An evaluation on the whole validation set in the same loop does not train."""
+    fetched = [site.node.func.value] if site.receiver is not None and not site.node.args else []
+    fetches = site.argument(0, "fetches")
+    fetched += [fetches] if fetches is not None else []
+    for name in {node.id for part in fetched for node in ast.walk(part) if isinstance(node, ast.Name)}:
+        for _cell, _facts, assignment in context.facts.assignments(name):
+            calls = [node for node in ast.walk(assignment.value) if isinstance(node, ast.Call)]
+            if any(isinstance(call.func, ast.Attribute) and call.func.attr in ("minimize", "apply_gradients")
+                   for call in calls):
+                return True
+    return False
 
 
 def _window_length(node: ast.Subscript) -> Optional[int]:
@@ -1867,16 +2020,37 @@ def _calls_with_a_batch_of_one(context, source: CallSite, size: Optional[ast.exp
     """(cell, facts, literal) of the calls of the function making ``source`` that give its batch
     parameter ``size`` a literal 1 (Udacity's forecasting course prints a helper's windows with
     ``batch_size=1``): shard_and_rebatch_dataset raises on such a batch on more than one rank."""
+    return [(cell, facts, given) for cell, facts, call, given in _helper_calls(context, source, size)
+            if int_literal(given) == 1]
+
+
+def _shown_at_a_batch_it_cannot_split(context, source: CallSite, size: Optional[ast.expr]) -> list:
+    """(cell, facts, batch) of the top-level calls of the function making ``source`` that give its
+    batch parameter ``size`` a global batch the ranks checked cannot split, and whose dataset only is
+    shown until the name is bound again (TensorFlow's structured-data guides show ``df_to_dataset(train,
+    batch_size=5)``, then train on the same helper at 32): each rank shows that many samples instead."""
+    ranks = context.options.ranks
+    found = []
+    for cell, facts, call, given in _helper_calls(context, source, size):
+        value = global_batch_value(context, given, (cell, call.node.lineno))
+        if (value is not None and value > 1 and ranks > 1 and value % ranks and call.function is None
+                and call.node is getattr(call.stmt, "value", None) and binding_trains_nothing(context, cell, call.stmt)):
+            found.append((cell, facts, given))
+    return found
+
+
+def _helper_calls(context, source: CallSite, size: Optional[ast.expr]) -> Iterator[tuple]:
+    """(cell, facts, call, argument) of each call of the function making ``source`` that gives its
+    batch parameter ``size``."""
     if not isinstance(size, ast.Name) or source.function is None:
-        return []
+        return
     defined = context.facts.function(source.function)
     function = defined[2] if defined is not None else None
     if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        return []
-    positional = [a.arg for a in [*function.args.posonlyargs, *function.args.args]]
+        return
+    positional = positional_parameters(function)
     if size.id not in positional and size.id not in [a.arg for a in function.args.kwonlyargs]:
-        return []
-    found = []
+        return
     for cell, facts, call in context.facts.calls(source.function):
         if not isinstance(call.node.func, ast.Name):
             continue
@@ -1885,9 +2059,8 @@ def _calls_with_a_batch_of_one(context, source: CallSite, size: Optional[ast.exp
         else:  # keyword-only
             keyword = call.keyword(size.id)
             given = keyword.value if keyword is not None else None
-        if int_literal(given) == 1:
-            found.append((cell, facts, given))
-    return found
+        if given is not None:
+            yield cell, facts, call, given
 
 
 def _shard_and_rebatch(context, cell, facts: CellFacts, source: CallSite, batch: CallSite) -> Optional[List[Edit]]:

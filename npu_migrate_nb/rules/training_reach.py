@@ -31,33 +31,59 @@ def feeds_no_training(context, source: CallSite) -> bool:
     return _name_trains_nothing(context, variable, _DEPTH)
 
 
-def _name_trains_nothing(context, name: str, depth: int) -> bool:
+def binding_trains_nothing(context, cell: int, stmt: ast.stmt) -> bool:
+    """Is what the top-level ``name = ...`` ``stmt`` of ``cell`` binds used only where nothing trains,
+    until the notebook binds the name again? (A guide shows its pipeline at a batch of 5, then makes it
+    again, at the training's batch, under the same name; or never reads it.) A function's reads count
+    wherever the function is."""
+    name = single_target(stmt) if isinstance(stmt, (ast.Assign, ast.AnnAssign)) else None
+    if name is None:
+        return False
+    start = (cell, stmt.end_lineno)
+    end = min(((c, a.stmt.lineno) for c, _facts, a in context.facts.assignments(name)
+               if a.function is None and (c, a.stmt.lineno) > start), default=None)
+    uses = [(node, parents) for node, parents, c in _top_level_uses(context, name, with_cells=True)
+            if _in_a_function(parents) or start < (c, node.lineno) and (end is None or (c, node.lineno) < end)]
+    return all(_use_trains_nothing(context, node, parents, _DEPTH) for node, parents in uses)
+
+
+def _in_a_function(parents: List[ast.AST]) -> bool:
+    return any(isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) for parent in parents)
+
+
+def _name_trains_nothing(context, name: str, depth: int, element: bool = False) -> bool:
     if depth == 0:
         return False
     uses = list(_top_level_uses(context, name))
-    return bool(uses) and all(_use_trains_nothing(context, node, parents, depth) for node, parents in uses)
+    return bool(uses) and all(_use_trains_nothing(context, node, parents, depth, element) for node, parents in uses)
 
 
-def _use_trains_nothing(context, node: ast.AST, parents: List[ast.AST], depth: int) -> bool:
+def _use_trains_nothing(context, node: ast.AST, parents: List[ast.AST], depth: int, element: bool = False) -> bool:
+    """``element``: ``node`` is one element of the dataset (``next(iter(ds))``), which trains only given to a
+    training method or to the notebook's functions that train, not to a layer called on it."""
     parent = parents[-1] if parents else None
     if isinstance(parent, ast.Expr):
         return True  # shown as the cell's value
+    if isinstance(parent, ast.Subscript) and parent.value is node:
+        return _use_trains_nothing(context, parent, parents[:-1], depth, element)
     if isinstance(parent, ast.Attribute) and parent.value is node:
         if parent.attr in _LOOKING:
             return True
         call = parents[-2] if len(parents) > 1 else None
         if parent.attr in _DERIVING and isinstance(call, ast.Call) and call.func is parent:
-            return _use_trains_nothing(context, call, parents[:-2], depth)
+            return _use_trains_nothing(context, call, parents[:-2], depth, element)
         return False
     if isinstance(parent, ast.For) and parent.iter is node:
         return not _trains(context, parent, depth)
     if isinstance(parent, (ast.Assign, ast.AnnAssign)) and parent.value is node:
         target = single_target(parent)
-        return target is not None and _name_trains_nothing(context, target, depth - 1)
+        return target is not None and _name_trains_nothing(context, target, depth - 1, element)
     if isinstance(parent, ast.Call) and node in parent.args:
         callee = dotted_name(parent.func) or ""
         if callee in ("iter", "list", "next"):
-            return _use_trains_nothing(context, parent, parents[:-1], depth)
+            return _use_trains_nothing(context, parent, parents[:-1], depth, element or callee == "next")
+        if element and context.facts.function(callee) is None:
+            return callee.rsplit(".", 1)[-1] not in TRAINING_CALLS
         return _call_trains_nothing(context, parent, depth)
     return False
 
@@ -106,14 +132,14 @@ def _passes_on(function: ast.AST) -> bool:
                or isinstance(node, (ast.Global, ast.Nonlocal)) for node in ast.walk(function))
 
 
-def _top_level_uses(context, name: str) -> Iterator[Tuple[ast.Name, List[ast.AST]]]:
-    """Reads of the module-level ``name``, with their parents, skipping functions that bind a name of
-    their own so called (a parameter ``iterator`` is not the cell's ``iterator``)."""
-    for _, facts in context.facts.cells_mentioning(name):
+def _top_level_uses(context, name: str, with_cells: bool = False) -> Iterator[tuple]:
+    """Reads of the module-level ``name``, with their parents (and cells), skipping functions that bind
+    a name of their own so called (a parameter ``iterator`` is not the cell's ``iterator``)."""
+    for cell, facts in context.facts.cells_mentioning(name):
         for node, parents in facts.loads(name):
             if not any(isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
                        and _binds(parent, name) for parent in parents):
-                yield node, list(parents)
+                yield (node, list(parents), cell) if with_cells else (node, list(parents))
 
 
 def _binds(function: ast.AST, name: str) -> bool:

@@ -72,6 +72,8 @@ FIXES = {
                         "before batching, with the batch size divided by RANK_SIZE"),
         "estimator numpy arrays": N_("numpy_input_fn(x=x[rank_id::rank_size], y=y[rank_id::rank_size], "
                                      "batch_size=batch_size // rank_size)"),
+        "arrays the step reads": N_("each rank keeps its rows where the arrays are made: x = x[rank_id::rank_size]"),
+        "graph constants the step reads": N_("each rank keeps its rows where the arrays are made: x = x[rank_id::rank_size]"),
         "default": N_("dataset, batch_size = npu.distribute.shard_and_rebatch_dataset(dataset, global_batch_size), "
                       "then dataset.batch(batch_size)"),
     },
@@ -430,7 +432,8 @@ def check_shard(records: Records, size: int) -> Check:
             "shard",
             NOT_OBSERVED,
             _("no input batch seen on rank(s) {ranks} "
-              "(watched: fit's x, Estimator input_fn datasets, datasets iterated eagerly)").format(
+              "(watched: fit's x, Estimator input_fn datasets, datasets iterated eagerly, a session's feeds, "
+              "the arrays a step reads)").format(
                 ranks=_ranks(missing)),
         )
     first = inputs[0]

@@ -70,6 +70,7 @@ def begin_cell(cell: int, language: Optional[str] = None) -> None:
     """A cell starts; ``language``: the controller's (what the rank's own messages are said in)."""
     global _cell, _inputs_in_cell
     _cell, _inputs_in_cell = cell, 0
+    _constants_tried.clear()
     _loop_tracker.begin_cell()
     _tape_tracker.begin_cell()
     _fits_cut_at.clear()
@@ -1276,6 +1277,8 @@ class _LoopTracker:
         read = arrays if kept is None else lambda: kept
         if not self._feed_recorded:
             self._feed_recorded = _record_session_feed()
+        if trained.steps == 1 and not _inputs_in_cell:
+            _record_arrays_the_step_reads()
         if trained.steps == 1:
             record_weights("start", source, [v.name for v in variables], read())
         elif trained.steps == OBSERVED_STEPS:  # the last step a TF2 function lets the probe see
@@ -1302,6 +1305,58 @@ class _LoopTracker:
             record_weights("end", trained.source, [v.name for v in trained.variables], arrays,
                            steps=total - self._steps_recorded)
         self._steps_recorded = total
+
+
+FULL_BATCH = "arrays the step reads"
+GRAPH_CONSTANTS = "graph constants the step reads"
+
+
+def _record_arrays_the_step_reads() -> None:
+    """A step that read no dataset, feed nor fit's arrays reads arrays the notebook made (full-batch
+    gradient descent on ``X``, ``Y``): the arrays the notebook's code on the stack names are its input.
+    The globals a cell's code and the notebook functions it names read: a per-rank slice a cell's loop
+    makes (``xb = x[i::n]``) is one too. Not the functions' locals: what they compute from the weights
+    (``pred = W * X + b``) differs wherever the weights do, whatever the data."""
+    import tensorflow as tf
+
+    found = {}
+    frame = sys._getframe(2)
+    while frame is not None:
+        if _is_a_cell(frame.f_code.co_filename):
+            spaces = (frame.f_globals,)
+            codes = [frame.f_code] + [value.__code__ for value in (_looked_up(spaces, name) for name in frame.f_code.co_names)
+                                      if inspect.isfunction(value) and _is_a_cell(value.__code__.co_filename)]
+            for code in codes:
+                for name in code.co_names:
+                    value = _looked_up(spaces, name)
+                    if name not in found and _samples_array(tf, value):
+                        found[name] = value
+        frame = frame.f_back
+    if found:
+        arrays = [np.asarray(found[name]) for name in sorted(found)]
+        record_input(FULL_BATCH, arrays, arrays, rows=None, sample=_array_row_digests(arrays))
+
+
+def _looked_up(spaces, name: str):
+    for space in spaces:
+        if name in space:
+            return space[name]
+    return None
+
+
+def _samples_array(tf, value) -> bool:
+    """An array of at least two rows, not a variable (numpy's, or an eager tensor)."""
+    if isinstance(value, np.ndarray):
+        return value.ndim >= 1 and value.shape[0] >= 2 and value.dtype != object
+    return (isinstance(value, tf.Tensor) and not isinstance(value, tf.Variable) and hasattr(value, "numpy")
+            and value.shape.rank is not None and value.shape.rank >= 1 and (value.shape[0] or 0) >= 2)
+
+
+def _array_row_digests(arrays: list) -> Optional[List[str]]:
+    """Row digests of the arrays that share the most common row count (the samples and their labels)."""
+    counts = collections.Counter(a.shape[0] for a in arrays)
+    rows = counts.most_common(1)[0][0]
+    return row_digests([a for a in arrays if a.shape[0] == rows])
 
 
 def _names(variables) -> tuple:
@@ -1657,10 +1712,63 @@ def _wrap_session_run(original):
             _stop_run_observations(outer)
         if fetched is not None:
             _session_proof.ran(self, fetched, result)
+        if not _inputs_in_cell and not _busy() and _train_ops.get(self.graph) and _cell not in _constants_tried and (
+                fetched is not None or _session_proof.trains(self, fetches) is not None):
+            _constants_tried.add(_cell)
+            _record_graph_constants(self, fetches, original)
         return result
 
     run._npu_probe = True
     return run
+
+
+_constants_tried: set = set()  # the cell, once its training run was searched for the constants it reads
+_GRAPH_SEARCH_OPS = 20000
+_SLICING_OPS = {"StridedSlice", "Slice", "GatherV2", "Gather"}
+
+
+def _record_graph_constants(session, fetches, run_original) -> None:
+    """A TF1 training run that read no dataset nor feed computes on constants of its graph (a
+    regression on ``tf.constant([1., ..., 10.])``): their values, each taken after the slice that
+    reads it (``X[rank_id::rank_size]``), are its input. Float constants of two rows or more only:
+    shapes and indices are integers, alike on every rank."""
+    import tensorflow as tf
+
+    try:
+        ops = [op if isinstance(op, tf.Operation) else op.op for op in
+               (session.graph.as_graph_element(f) for f in tf.nest.flatten(fetches))]
+    except Exception:
+        return
+    seen, stack = set(), list(ops)
+    while stack and len(seen) < _GRAPH_SEARCH_OPS:
+        op = stack.pop()
+        if op.name in seen:
+            continue
+        seen.add(op.name)
+        stack += [tensor.op for tensor in op.inputs] + list(op.control_inputs)
+    graph = session.graph
+    tensors = []
+    for name in sorted(seen):
+        op = graph.get_operation_by_name(name)
+        if op.type != "Const" or not _float_rows(op.outputs[0]):
+            continue
+        sliced = [consumer.outputs[0] for consumer in op.outputs[0].consumers()
+                  if consumer.type in _SLICING_OPS and consumer.name in seen and consumer.inputs[0] is op.outputs[0]]
+        tensors += sliced or [op.outputs[0]]
+    if not tensors:
+        return
+    with _Busy():
+        try:
+            arrays = [np.asarray(value) for value in run_original(session, tensors)]
+        except Exception:
+            return
+    record_input(GRAPH_CONSTANTS, arrays, arrays, rows=None, sample=_array_row_digests(arrays))
+
+
+def _float_rows(tensor) -> bool:
+    shape = tensor.shape
+    return (tensor.dtype.is_floating and shape.rank is not None and shape.rank >= 1
+            and shape[0] is not None and shape[0] >= 2)
 
 
 def _record_session_feed() -> bool:

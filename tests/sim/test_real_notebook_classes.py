@@ -409,7 +409,53 @@ LAZY_MODEL_THROUGH_FUNCTIONS = [
     "train_loop(model, optimizer, dataset, epochs=2)",
 ]
 
+FULL_BATCH_ARRAYS = [
+    "import numpy as np\nimport tensorflow as tf\n"
+    "X = np.array([3.3, 4.4, 5.5, 6.71, 6.93, 4.168, 9.779, 6.182, 7.59, 2.167, 7.042, 10.791, 5.313, 7.997, 5.654, 9.27])\n"
+    "Y = np.array([1.7, 2.76, 2.09, 3.19, 1.694, 1.573, 3.366, 2.596, 2.53, 1.221, 2.827, 3.465, 1.65, 2.904, 2.42, 2.94])",
+    "W = tf.Variable(np.random.randn(), name='weight')\nb = tf.Variable(np.random.randn(), name='bias')\n"
+    "def linear_regression(x):\n    return W * x + b\n"
+    "optimizer = tf.optimizers.SGD(0.01)\n"
+    "def run_optimization():\n"
+    "    with tf.GradientTape() as g:\n"
+    "        loss = tf.reduce_mean(tf.square(linear_regression(X) - Y))\n"
+    "    gradients = g.gradient(loss, [W, b])\n"
+    "    optimizer.apply_gradients(zip(gradients, [W, b]))",
+    "for step in range(1, 51):\n    run_optimization()\n"
+    "    if step % 10 == 0:\n        print(step, float(tf.reduce_mean(tf.square(linear_regression(X) - Y))))",
+]
+
+GRAPH_CONSTANTS = [
+    "import tensorflow.compat.v1 as tf\ntf.disable_v2_behavior()\n"
+    "X = tf.constant(value=[1, 2, 3, 4, 5, 6, 7, 8, 9, 10], dtype=tf.float32)\nY = 2 * X + 10",
+    "with tf.variable_scope('training', reuse=tf.AUTO_REUSE):\n"
+    "    w0 = tf.get_variable(name='w0', initializer=tf.random_normal([]))\n"
+    "    w1 = tf.get_variable(name='w1', initializer=tf.random_normal([]))\n"
+    "loss_mse = tf.reduce_mean((w0 * X + w1 - Y) ** 2)\n"
+    "optimizer = tf.train.GradientDescentOptimizer(learning_rate=0.02).minimize(loss=loss_mse)",
+    "with tf.Session() as sess:\n    sess.run(tf.global_variables_initializer())\n"
+    "    for step in range(100):\n        sess.run(optimizer)\n    print(sess.run([w0, w1]))",
+]
+
+WHOLE_ARRAYS_FED = [
+    "import numpy as np\nimport tensorflow.compat.v1 as tf\ntf.disable_v2_behavior()\n"
+    "rng = np.random.RandomState(0)\nx_train = rng.rand(100).astype(np.float32)\n"
+    "y_train = (0.1 * x_train + 0.3).astype(np.float32)",
+    "x_placeholder = tf.placeholder(shape=[None], dtype=tf.float32)\n"
+    "y_placeholder = tf.placeholder(shape=[None], dtype=tf.float32)\n"
+    "m = tf.Variable(tf.random_normal([1]))\nb = tf.Variable(tf.random_normal([1]))\n"
+    "loss = tf.reduce_mean(tf.square(m * x_placeholder + b - y_placeholder))\n"
+    "train = tf.train.GradientDescentOptimizer(0.5).minimize(loss)\nsess = tf.Session()",
+    "sess.run(tf.global_variables_initializer())\n"
+    "for step in range(50):\n"
+    "    sess.run(train, feed_dict={x_placeholder: x_train, y_placeholder: y_train})\nprint(sess.run([m, b]))",
+]
+
 CASES = {
+    "full-batch descent on arrays written in a cell, read by the step (issue 34, tensorflow-examples)":
+        (FULL_BATCH_ARRAYS, "tf2"),
+    "a tf1 graph on a constant, no feed (issue 34, gcp courses)": (GRAPH_CONSTANTS, "tf1"),
+    "whole arrays fed every step of a tf1 loop (issue 34, tensorflow workshops)": (WHOLE_ARRAYS_FED, "tf1"),
     "a model built on its first call, given through two functions (issue 34, packt)":
         (LAZY_MODEL_THROUGH_FUNCTIONS, "tf2"),
     "a linear estimator on a categorical column: sparse gradients (issue 34, gcp courses)":

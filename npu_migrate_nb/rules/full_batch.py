@@ -1,0 +1,174 @@
+"""Full-batch training on arrays the notebook makes: a linear regression on 17 points written in a cell
+(TensorFlow-Examples), a TF1 graph on ``tf.constant([1, ..., 10])`` (Google's ML courses). The step
+reads the arrays where it computes the loss, with no dataset, feed or ``fit`` between: each rank must
+take its own rows where the arrays are made, so that every later read (the step, the loss printed) sees
+the rank's slice."""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from typing import Dict, Iterator, List, Optional, Set
+
+from ..facts import CellFacts, dotted_name
+from ..names import function_locals
+from .base import int_literal
+
+# Makers of an array of samples: the first argument holds the rows (a list written in the cell) ...
+_FROM_ROWS = {"numpy.array", "numpy.asarray", "tensorflow.constant", "tensorflow.convert_to_tensor"}
+# ... their count is an argument (numpy's and TensorFlow's samplers, linspace) ...
+_ROW_COUNT_ARGUMENT = {"numpy.linspace": (2, "num"), "tensorflow.linspace": (2, "num")}
+_FROM_SHAPE = {"numpy.random.rand", "numpy.random.randn"}  # rand(100, 1): the rows first
+_SIZE_KEYWORD = {"numpy.random.normal", "numpy.random.uniform", "numpy.random.random", "numpy.random.randint"}
+_SHAPE_FIRST = {"tensorflow.random.normal", "tensorflow.random.uniform"}  # normal([100, 1])
+# ... or they are read from a file.
+_LOADED = {"numpy.load", "numpy.loadtxt", "numpy.genfromtxt"}
+# What holds weights, not samples: never sharded, never followed.
+_NOT_SAMPLES = {"tensorflow.Variable", "tensorflow.get_variable", "tensorflow.placeholder"}
+_DEPTH = 5
+
+
+@dataclass
+class DataArray:
+    """An array of samples the training reads: where it is made, and how many rows (None: not known)."""
+    name: str
+    cell: int
+    facts: CellFacts
+    stmt: ast.stmt
+    rows: Optional[int]
+
+
+def full_batch_arrays(context) -> List[DataArray]:
+    """The arrays of samples the training steps read whole (every rank all of them), or [] when their
+    row counts differ (weights written as a list, not samples). Not the arrays a feed, ``fit`` or a
+    dataset reads too: their own shard takes the rank's rows there."""
+    found: Dict[str, DataArray] = {}
+    seen: Set[tuple] = set()
+    frontier = set(_read_by_the_steps(context))
+    handed_over = _given_to_input_calls(context)
+    for _level in range(_DEPTH):
+        following: Set[tuple] = set()
+        for name, at in frontier - seen:
+            seen.add((name, at))
+            if name in context.facts.aliases or context.facts.function(name) is not None:
+                continue
+            bound = _binding(context, name, at)
+            if bound is None:
+                continue
+            cell, facts, assignment = bound
+            kind = _canonical(context, assignment.value)
+            if kind in _NOT_SAMPLES:
+                continue
+            rows = _rows_made(context, assignment.value, kind)
+            if rows is not False:
+                if name not in handed_over:
+                    found[name] = DataArray(name, cell, facts, assignment.stmt, rows)
+            else:  # made from other names (``Y = 2 * X + 10``): what they hold there
+                following |= {(node.id, (cell, assignment.stmt.lineno)) for node in ast.walk(assignment.value)
+                              if isinstance(node, ast.Name)}
+        frontier = following
+    arrays = list(found.values())
+    known = {array.rows for array in arrays if array.rows is not None}
+    if len(known) > 1 or any(rows < context.options.ranks for rows in known):
+        return []
+    return sorted(arrays, key=lambda array: (array.cell, array.stmt.lineno))
+
+
+def _binding(context, name: str, at: Optional[tuple]):
+    """(cell, facts, assignment) of the top-level binding of ``name`` in force at ``at`` (a cell and
+    line; None: a function's read, the notebook's last binding)."""
+    bound = [(cell, facts, a) for cell, facts, a in context.facts.assignments(name)
+             if a.function is None and not a.tuple_target and (at is None or (cell, a.stmt.lineno) < at)]
+    return bound[-1] if bound else None
+
+
+def _given_to_input_calls(context) -> Set[str]:
+    """Names read in what a feed, ``fit`` or a dataset source is given: sharded there."""
+    names: Set[str] = set()
+    for _cell, _facts, site in context.facts.calls("run", "fit", "train_on_batch", "from_tensor_slices",
+                                                    "numpy_input_fn", "from_generator"):
+        if site.method == "run":
+            feed = site.keyword("feed_dict")
+            given = [feed.value] if feed is not None else site.node.args[1:2]
+            given = [value for part in given for value in (part.values if isinstance(part, ast.Dict) else [part])]
+        else:
+            given = [*site.node.args, *(keyword.value for keyword in site.node.keywords)]
+        names |= {node.id for value in given for node in ast.walk(value) if isinstance(node, ast.Name)}
+    return names
+
+
+def _read_by_the_steps(context) -> Iterator[tuple]:
+    """(name, where) read where the loss is computed: in a GradientTape block (and the free names of the
+    notebook's functions called there), and in what ``minimize`` is given. ``where``: the cell and line
+    of a top-level read (its binding then), None in a function (the notebook's last binding)."""
+    for cell, facts in context.facts.cells:
+        if facts.tree is None:
+            continue
+        for node, inside in _walk(facts.tree, False):
+            at = None if inside else (cell, getattr(node, "lineno", 0))
+            if isinstance(node, ast.With) and any(
+                    _canonical(context, item.context_expr) == "tensorflow.GradientTape" for item in node.items):
+                yield from ((name, at) for name in _names_read(context, node.body))
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "minimize":
+                loss = node.args[0] if node.args else next(
+                    (keyword.value for keyword in node.keywords if keyword.arg == "loss"), None)
+                if loss is not None:
+                    yield from ((name, at) for name in _names_read(context, [loss]))
+
+
+def _walk(node: ast.AST, inside: bool) -> Iterator[tuple]:
+    """Each node under ``node``, with whether it is in a function."""
+    for child in ast.iter_child_nodes(node):
+        yield child, inside
+        yield from _walk(child, inside or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
+
+
+def _names_read(context, nodes: list) -> Iterator[str]:
+    for top in nodes:
+        for node in ast.walk(top):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+                yield node.id
+                defined = context.facts.function(node.id)
+                if defined is not None and isinstance(defined[2], (ast.FunctionDef, ast.Lambda)):
+                    local = function_locals(defined[2])
+                    yield from (inner.id for inner in ast.walk(defined[2]) if isinstance(inner, ast.Name)
+                                and isinstance(inner.ctx, ast.Load) and inner.id not in local)
+
+
+def _canonical(context, node: ast.AST) -> Optional[str]:
+    if not isinstance(node, ast.Call):
+        return None
+    name = context.facts.resolve(dotted_name(node.func))
+    return name.replace("tensorflow.compat.v1.", "tensorflow.").replace("tensorflow.compat.v2.", "tensorflow.") \
+        if name else None
+
+
+def _rows_made(context, value: ast.expr, kind: Optional[str]):
+    """The row count of the samples ``value`` makes (None: samples, count not known), or False when
+    it makes no array of samples."""
+    if kind in _LOADED:
+        return None
+    if kind in _FROM_ROWS:  # rows written in the cell, or a tensor of an array (``tf.constant(x[:128])``)
+        rows = value.args[0] if value.args else next(
+            (keyword.value for keyword in value.keywords if keyword.arg == "value"), None)
+        if isinstance(rows, (ast.List, ast.Tuple)):
+            return len(rows.elts) if len(rows.elts) > 1 else False
+        return None if isinstance(rows, (ast.Name, ast.Subscript, ast.Attribute)) else False
+    if kind in _ROW_COUNT_ARGUMENT:
+        position, keyword = _ROW_COUNT_ARGUMENT[kind]
+        count = value.args[position] if len(value.args) > position else next(
+            (k.value for k in value.keywords if k.arg == keyword), None)
+        return _more_than_one(int_literal(count))
+    if kind in _FROM_SHAPE:
+        return _more_than_one(int_literal(value.args[0]) if value.args else None)
+    if kind in _SIZE_KEYWORD or kind in _SHAPE_FIRST:
+        shape = next((k.value for k in value.keywords if k.arg in ("size", "shape")), None)
+        if shape is None and kind in _SHAPE_FIRST and value.args:
+            shape = value.args[0]
+        first = shape.elts[0] if isinstance(shape, (ast.List, ast.Tuple)) and shape.elts else shape
+        return _more_than_one(int_literal(first))
+    return False
+
+
+def _more_than_one(rows: Optional[int]):
+    return rows if rows is not None and rows > 1 else False
