@@ -1677,9 +1677,9 @@ def _whole_arrays_fed(context, site: CallSite, loop: ast.stmt) -> List[ast.Name]
     for value in feed.values:
         if not isinstance(value, ast.Name) or value.id in in_loop or _is_placeholder(context, value.id):
             continue
-        bound = [a for _c, _f, a in context.facts.assignments(value.id) if a.function is None]
-        if bound and not any(isinstance(node, ast.Constant) for node in [bound[-1].value]) and not (
-                isinstance(bound[-1].value, ast.UnaryOp) and isinstance(bound[-1].value.operand, ast.Constant)):
+        bound = [a.value for _c, _f, a in context.facts.assignments(value.id) if a.function is None]
+        number = bound and isinstance(bound[-1].operand if isinstance(bound[-1], ast.UnaryOp) else bound[-1], ast.Constant)
+        if bound and not number:
             fed.append(value)
     return fed
 
