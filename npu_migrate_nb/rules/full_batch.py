@@ -42,7 +42,7 @@ def full_batch_arrays(context) -> List[DataArray]:
     """The arrays of samples the training steps read whole (every rank all of them), or [] when their
     row counts differ (weights written as a list, not samples). Not the arrays a feed, ``fit`` or a
     dataset reads too: their own shard takes the rank's rows there."""
-    found: Dict[str, DataArray] = {}
+    found: Dict[tuple, DataArray] = {}
     seen: Set[tuple] = set()
     frontier = set(_read_by_the_steps(context))
     handed_over = _given_to_input_calls(context)
@@ -61,8 +61,8 @@ def full_batch_arrays(context) -> List[DataArray]:
                 continue
             rows = _rows_made(context, assignment.value, kind)
             if rows is not False:
-                if name not in handed_over:
-                    found[name] = DataArray(name, cell, facts, assignment.stmt, rows)
+                if name not in handed_over:  # each binding the steps read (a notebook makes X anew per section)
+                    found[(name, cell, assignment.stmt.lineno)] = DataArray(name, cell, facts, assignment.stmt, rows)
             else:  # made from other names (``Y = 2 * X + 10``): what they hold there
                 following |= {(node.id, (cell, assignment.stmt.lineno)) for node in ast.walk(assignment.value)
                               if isinstance(node, ast.Name)}
@@ -148,12 +148,12 @@ def _rows_made(context, value: ast.expr, kind: Optional[str]):
     it makes no array of samples."""
     if kind in _LOADED:
         return None
-    if kind in _FROM_ROWS:  # rows written in the cell, or a tensor of an array (``tf.constant(x[:128])``)
+    if kind in _FROM_ROWS:  # rows written in the cell, or a tensor of an array (``tf.constant(y.reshape(-1, 1))``)
         rows = value.args[0] if value.args else next(
             (keyword.value for keyword in value.keywords if keyword.arg == "value"), None)
         if isinstance(rows, (ast.List, ast.Tuple)):
             return len(rows.elts) if len(rows.elts) > 1 else False
-        return None if isinstance(rows, (ast.Name, ast.Subscript, ast.Attribute)) else False
+        return False if rows is None or _a_number(context, rows) else None
     if kind in _ROW_COUNT_ARGUMENT:
         position, keyword = _ROW_COUNT_ARGUMENT[kind]
         count = value.args[position] if len(value.args) > position else next(
@@ -168,6 +168,18 @@ def _rows_made(context, value: ast.expr, kind: Optional[str]):
         first = shape.elts[0] if isinstance(shape, (ast.List, ast.Tuple)) and shape.elts else shape
         return _more_than_one(int_literal(first))
     return False
+
+
+def _a_number(context, node: ast.expr) -> bool:
+    """A literal number, or a name bound to one (``tf.constant(learning_rate)``): no rows to split."""
+    if isinstance(node, ast.UnaryOp):
+        node = node.operand
+    if isinstance(node, ast.Name):
+        bound = [a.value for _c, _f, a in context.facts.assignments(node.id) if a.function is None]
+        node = bound[-1] if bound else node
+        if isinstance(node, ast.UnaryOp):
+            node = node.operand
+    return isinstance(node, ast.Constant)
 
 
 def _more_than_one(rows: Optional[int]):
