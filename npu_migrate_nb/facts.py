@@ -16,6 +16,7 @@ from typing import Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence
 
 from . import ipython_syntax
 from .i18n import N_, _
+from .names import positional_parameters
 from .notebook import MAX_CELL_CHARS, Notebook
 
 _FUNCTION_NODES = (ast.FunctionDef, ast.AsyncFunctionDef)
@@ -681,6 +682,26 @@ class NotebookFacts:
             if name in facts.functions:
                 found = (index, facts, facts.functions[name])
         return found
+
+    def given_to_parameter(self, function: ast.AST, name: str, parameter: str
+                           ) -> Iterator[Tuple[int, CellFacts, CallSite, ast.expr]]:
+        """What each call of the notebook's function ``name`` (defined as ``function``) gives its
+        ``parameter`` (by position or keyword), in notebook order; calls that leave it out are not told."""
+        if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return
+        positional = positional_parameters(function)
+        if parameter not in positional and parameter not in [a.arg for a in function.args.kwonlyargs]:
+            return
+        for index, facts, call in self.calls(name):
+            if not isinstance(call.node.func, ast.Name) or call.node.func.id != name:
+                continue
+            if parameter in positional:
+                given = call.argument(positional.index(parameter), parameter)
+            else:
+                keyword = call.keyword(parameter)
+                given = keyword.value if keyword is not None else None
+            if given is not None:
+                yield index, facts, call, given
 
     def uses_name(self, name: str) -> bool:
         return name in self._cells_with

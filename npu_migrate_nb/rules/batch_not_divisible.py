@@ -8,7 +8,6 @@ from typing import Iterable, Iterator, Optional
 from .. import knowledge as K
 from ..findings import Finding
 from ..i18n import _
-from ..names import positional_parameters
 from .base import Example, Rule, int_literal
 from .training_reach import binding_trains_nothing
 
@@ -131,16 +130,13 @@ def _given_through_helpers(context, sizes):
     for cell, facts, site, size in sizes:
         yield cell, facts, site, size, None
         function = facts.functions.get(site.function) if site.function and isinstance(size, ast.Name) else None
-        if function is None or size.id not in positional_parameters(function):
+        if function is None:
             continue
-        position = positional_parameters(function).index(size.id)
-        for c_cell, c_facts, call in context.facts.calls(site.function):
-            if call.dotted == site.function and call.function is None:
-                given = call.argument(position, size.id)
-                shown_only = call.node is getattr(call.stmt, "value", None) and binding_trains_nothing(
-                    context, c_cell, call.stmt)
-                if given is not None and not shown_only:  # valued where it is called: the notebook may rebind the name later
-                    yield c_cell, c_facts, site, given, (c_cell, call.node.lineno)
+        for c_cell, c_facts, call, given in context.facts.given_to_parameter(function, site.function, size.id):
+            shown_only = call.node is getattr(call.stmt, "value", None) and binding_trains_nothing(
+                context, c_cell, call.stmt)
+            if call.function is None and not shown_only:  # valued where it is called: the notebook may rebind the name later
+                yield c_cell, c_facts, site, given, (c_cell, call.node.lineno)
 
 
 def global_batch_value(context, size: ast.expr, at: Optional[tuple] = None) -> Optional[int]:

@@ -184,3 +184,83 @@ def _a_number(context, node: ast.expr) -> bool:
 
 def _more_than_one(rows: Optional[int]):
     return rows if rows is not None and rows > 1 else False
+
+
+def whole_reads_beside_rank_outputs(context, arrays: List[DataArray]) -> List[tuple]:
+    """(cell, facts, expression): reads of the arrays a sharded tensor was made from, given to the same
+    call as what a session fetched from it (``accuracy(predictions, train_labels[:n])`` after
+    ``tf_train_labels = tf.constant(train_labels[:n])`` is sharded): the fetched value holds the
+    rank's rows, so the read must take them too, or the two no longer line up."""
+    sharded = {(array.name, array.cell, array.stmt.lineno) for array in arrays}
+    sources = {root for array in arrays for root in [_source_root(array.stmt)] if root is not None}
+    if not sources:
+        return []
+    found = []
+    for cell, facts in context.facts.cells:
+        if facts.tree is None:
+            continue
+        outputs = set(_rank_outputs(context, cell, facts.tree, sharded))
+        if not outputs:
+            continue
+        for node in ast.walk(facts.tree):
+            if not isinstance(node, ast.Call) or not any(
+                    isinstance(arg, ast.Name) and arg.id in outputs for arg in node.args):
+                continue
+            found += [(cell, facts, arg) for arg in node.args
+                      if not isinstance(arg, ast.Name) or arg.id not in outputs
+                      if _root(arg) in sources]
+    return found
+
+
+def _source_root(stmt: ast.stmt) -> Optional[str]:
+    """``train_labels`` for ``tf_train_labels = tf.constant(train_labels[:n])``."""
+    value = getattr(stmt, "value", None)
+    if not isinstance(value, ast.Call) or not value.args:
+        return None
+    return _root(value.args[0])
+
+
+def _root(node: ast.expr) -> Optional[str]:
+    while isinstance(node, (ast.Subscript, ast.Call, ast.Attribute)):
+        node = node.value if not isinstance(node, ast.Call) else node.func
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _rank_outputs(context, cell: int, tree: ast.AST, sharded: Set[tuple]) -> Iterator[str]:
+    """Names bound in this cell to what ``session.run(...)`` / ``tensor.eval()`` fetched from a graph
+    that reads a sharded tensor."""
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
+                and isinstance(node.value.func, ast.Attribute) and node.value.func.attr in ("run", "eval")):
+            continue
+        call = node.value
+        fetched = call.args[0] if call.func.attr == "run" and call.args else call.func.value
+        for target in node.targets:
+            if isinstance(target, (ast.Tuple, ast.List)) and isinstance(fetched, (ast.Tuple, ast.List)) \
+                    and len(target.elts) == len(fetched.elts):
+                pairs = zip(target.elts, fetched.elts)
+            else:
+                pairs = [(target, fetched)]
+            for bound, fetch in pairs:
+                if isinstance(bound, ast.Name) and _reaches(context, fetch, (cell, node.lineno), sharded):
+                    yield bound.id
+
+
+def _reaches(context, fetch: ast.expr, at: tuple, sharded: Set[tuple]) -> bool:
+    """Whether the graph ``fetch`` names reads a sharded tensor (through top-level bindings)."""
+    frontier = {(node.id, at) for node in ast.walk(fetch) if isinstance(node, ast.Name)}
+    seen: Set[tuple] = set()
+    for _level in range(2 * _DEPTH):
+        following: Set[tuple] = set()
+        for name, where in frontier - seen:
+            seen.add((name, where))
+            bound = _binding(context, name, where)
+            if bound is None:
+                continue
+            cell, _facts, assignment = bound
+            if (name, cell, assignment.stmt.lineno) in sharded:
+                return True
+            following |= {(node.id, (cell, assignment.stmt.lineno)) for node in ast.walk(assignment.value)
+                          if isinstance(node, ast.Name)}
+        frontier = following
+    return False

@@ -9,7 +9,6 @@ from .. import knowledge as K
 from ..facts import CallSite, CellFacts, chain_root_name, dotted_name, receiver_name
 from ..findings import NEEDS_NPU_DEVICE, NEEDS_OS, Edit, Finding
 from ..i18n import N_, _, ngettext
-from ..names import positional_parameters
 from ..ranks import rank_free_shards
 from .batch_not_divisible import global_batch_value
 from .base import (
@@ -31,7 +30,7 @@ from .per_example_sizes import graph_cells, loops_over, per_rank_sizes
 from .tfds_containers import (
     TrainingSplit, files_shuffled_alike, first_batch, holders, returns_a_container, training_splits, whole_for_adapt,
 )
-from .full_batch import full_batch_arrays
+from .full_batch import full_batch_arrays, whole_reads_beside_rank_outputs
 from .training_reach import binding_trains_nothing, feeds_no_training
 
 RANK_BATCH = "rank_batch_size"
@@ -366,6 +365,32 @@ class MissingShard(Rule):
             "train = npu_distributed_optimizer_wrapper(tf.train.GradientDescentOptimizer(0.02)).minimize(loss=loss_mse)\n"
             "with tf.Session() as sess:\n    sess.run(tf.global_variables_initializer())\n"
             "    for step in range(1000):\n        sess.run(train)\n",
+        ),
+        # ... a slice of loaded arrays made constants (Udacity's TF1 course): the labels the fetched predictions are
+        # compared with take the rank's rows too, or the two no longer line up.
+        Example(
+            "import numpy as np\nimport tensorflow as tf\nfrom npu_bridge.npu_init import *\n"
+            "with graph.as_default():\n    tf_x = tf.constant(x_all[:1000, :])\n    tf_y = tf.constant(y_all[:1000])\n"
+            "    w = tf.Variable(tf.zeros([784, 10]))\n    logits = tf.matmul(tf_x, w)\n"
+            "    loss = tf.reduce_mean(tf.nn.softmax_cross_entropy_with_logits(labels=tf_y, logits=logits))\n"
+            "    train = npu_distributed_optimizer_wrapper(tf.train.GradientDescentOptimizer(0.5)).minimize(loss)\n"
+            "    prediction = tf.nn.softmax(logits)\n"
+            "with tf.Session(graph=graph) as session:\n    for step in range(801):\n"
+            "        _, l, predictions = session.run([train, loss, prediction])\n"
+            "        print(accuracy(predictions, y_all[:1000, :]), accuracy(predictions_valid, y_all[:1000]))\n",
+            "import numpy as np\nimport tensorflow as tf\nimport os\nfrom npu_bridge.npu_init import *\n"
+            "with graph.as_default():\n    tf_x = tf.constant(x_all[:1000, :])\n"
+            "    tf_x = tf_x[int(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', '1'))]\n"
+            "    tf_y = tf.constant(y_all[:1000])\n"
+            "    tf_y = tf_y[int(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', '1'))]\n"
+            "    w = tf.Variable(tf.zeros([784, 10]))\n    logits = tf.matmul(tf_x, w)\n"
+            "    loss = tf.reduce_mean(tf.nn.softmax_cross_entropy_with_logits(labels=tf_y, logits=logits))\n"
+            "    train = npu_distributed_optimizer_wrapper(tf.train.GradientDescentOptimizer(0.5)).minimize(loss)\n"
+            "    prediction = tf.nn.softmax(logits)\n"
+            "with tf.Session(graph=graph) as session:\n    for step in range(801):\n"
+            "        _, l, predictions = session.run([train, loss, prediction])\n"
+            "        print(accuracy(predictions, y_all[:1000, :][int(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', '1'))]), "
+            "accuracy(predictions_valid, y_all[:1000]))\n",
         ),
         # ... and whole arrays fed every step of a TF1 loop (TensorFlow's workshops): the feed takes the rank's rows.
         Example(
@@ -1490,6 +1515,8 @@ class MissingShard(Rule):
         rank_slice = f"[{K.RANK_ID_EXPR}::{K.RANK_SIZE_EXPR}]"
         edits = [insert_after(array.cell, array.facts, array.stmt, f"{array.name} = {array.name}{rank_slice}", [NEEDS_OS])
                  for array in arrays]
+        edits += [replace_with(cell, facts, read, "{read}" + rank_slice, [NEEDS_OS], read=read)
+                  for cell, facts, read in whole_reads_beside_rank_outputs(context, arrays)]
         first = arrays[0]
         return [self.finding(first.cell, first.facts, first.stmt, _(
             "every rank trains on all of {names}, read whole by the training step (full-batch): give each rank its "
@@ -2045,22 +2072,8 @@ def _helper_calls(context, source: CallSite, size: Optional[ast.expr]) -> Iterat
     if not isinstance(size, ast.Name) or source.function is None:
         return
     defined = context.facts.function(source.function)
-    function = defined[2] if defined is not None else None
-    if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        return
-    positional = positional_parameters(function)
-    if size.id not in positional and size.id not in [a.arg for a in function.args.kwonlyargs]:
-        return
-    for cell, facts, call in context.facts.calls(source.function):
-        if not isinstance(call.node.func, ast.Name):
-            continue
-        if size.id in positional:
-            given = call.argument(positional.index(size.id), size.id)
-        else:  # keyword-only
-            keyword = call.keyword(size.id)
-            given = keyword.value if keyword is not None else None
-        if given is not None:
-            yield cell, facts, call, given
+    if defined is not None:
+        yield from context.facts.given_to_parameter(defined[2], source.function, size.id)
 
 
 def _shard_and_rebatch(context, cell, facts: CellFacts, source: CallSite, batch: CallSite) -> Optional[List[Edit]]:

@@ -1277,8 +1277,8 @@ class _LoopTracker:
         read = arrays if kept is None else lambda: kept
         if not self._feed_recorded:
             self._feed_recorded = _record_session_feed()
-        if trained.steps == 1 and not _inputs_in_cell:
-            _record_arrays_the_step_reads()
+        if trained.steps == 1 and not _inputs_in_cell and _run_observations is None:
+            _record_arrays_the_step_reads()  # in a session run the graph's constants are (after it)
         if trained.steps == 1:
             record_weights("start", source, [v.name for v in variables], read())
         elif trained.steps == OBSERVED_STEPS:  # the last step a TF2 function lets the probe see

@@ -437,6 +437,28 @@ GRAPH_CONSTANTS = [
     "    for step in range(100):\n        sess.run(optimizer)\n    print(sess.run([w0, w1]))",
 ]
 
+# Udacity's TF1 course: a slice of loaded arrays made constants, the predictions fetched beside the
+# training op compared with the labels: the labels take the rank's rows too, and the step's input is the
+# graph's constants, not the whole arrays the cell reads in Python.
+CONSTANTS_OF_LOADED_ARRAYS = [
+    "import numpy as np\nimport tensorflow.compat.v1 as tf\ntf.disable_v2_behavior()\n"
+    "rng = np.random.RandomState(0)\ntrain_dataset = rng.rand(400, 8).astype(np.float32)\n"
+    "train_labels = np.eye(3, dtype=np.float32)[rng.randint(0, 3, 400)]",
+    "train_subset = 200\ngraph = tf.Graph()\nwith graph.as_default():\n"
+    "    tf_train_dataset = tf.constant(train_dataset[:train_subset, :])\n"
+    "    tf_train_labels = tf.constant(train_labels[:train_subset])\n"
+    "    weights = tf.Variable(tf.truncated_normal([8, 3]))\n    biases = tf.Variable(tf.zeros([3]))\n"
+    "    logits = tf.matmul(tf_train_dataset, weights) + biases\n"
+    "    loss = tf.reduce_mean(tf.nn.softmax_cross_entropy_with_logits(labels=tf_train_labels, logits=logits))\n"
+    "    optimizer = tf.train.GradientDescentOptimizer(0.5).minimize(loss)\n"
+    "    train_prediction = tf.nn.softmax(logits)",
+    "def accuracy(predictions, labels):\n"
+    "    return 100.0 * np.sum(np.argmax(predictions, 1) == np.argmax(labels, 1)) / predictions.shape[0]\n"
+    "with tf.Session(graph=graph) as session:\n    tf.global_variables_initializer().run()\n"
+    "    for step in range(50):\n        _, l, predictions = session.run([optimizer, loss, train_prediction])\n"
+    "        if step % 10 == 0:\n            print(accuracy(predictions, train_labels[:train_subset, :]))",
+]
+
 WHOLE_ARRAYS_FED = [
     "import numpy as np\nimport tensorflow.compat.v1 as tf\ntf.disable_v2_behavior()\n"
     "rng = np.random.RandomState(0)\nx_train = rng.rand(100).astype(np.float32)\n"
@@ -456,6 +478,8 @@ CASES = {
         (FULL_BATCH_ARRAYS, "tf2"),
     "a tf1 graph on a constant, no feed (issue 34, gcp courses)": (GRAPH_CONSTANTS, "tf1"),
     "whole arrays fed every step of a tf1 loop (issue 34, tensorflow workshops)": (WHOLE_ARRAYS_FED, "tf1"),
+    "constants of loaded arrays, predictions compared with the labels (issue 34, udacity)":
+        (CONSTANTS_OF_LOADED_ARRAYS, "tf1"),
     "a model built on its first call, given through two functions (issue 34, packt)":
         (LAZY_MODEL_THROUGH_FUNCTIONS, "tf2"),
     "a linear estimator on a categorical column: sparse gradients (issue 34, gcp courses)":
