@@ -239,6 +239,86 @@ class MissingBroadcast(Rule):
             'optimizer = tf.keras.optimizers.Adam(1e-3)\n'
             'train_loop(net, optimizer, dataset)\n',
         ),
+        # ... the same when the notebook's model has the step's parameter name (packt's sparse autoencoder): the
+        # call at the top level runs the whole loop, so the broadcast goes in the step, not after that call.
+        Example(
+            'import tensorflow as tf\n'
+            'class Net(tf.keras.Model):\n'
+            '    def __init__(self):\n'
+            '        super().__init__()\n'
+            '        self.out = tf.keras.layers.Dense(10)\n'
+            '    def call(self, x):\n'
+            '        return self.out(x)\n'
+            'def train(model, opt, x, y):\n'
+            '    with tf.GradientTape() as tape:\n'
+            '        loss = tf.reduce_mean(tf.square(model(x) - y))\n'
+            '    grads = tape.gradient(loss, model.trainable_variables)\n'
+            '    opt.apply_gradients(zip(grads, model.trainable_variables))\n'
+            'def train_loop(model, opt, dataset):\n'
+            '    for x, y in dataset:\n'
+            '        train(model, opt, x, y)\n'
+            'model = Net()\n'
+            'opt = tf.keras.optimizers.Adam(1e-3)\n'
+            'train_loop(model, opt, dataset)\n',
+            'import tensorflow as tf\n'
+            'import npu_device as npu\n'
+            'npu.open().as_default()\n'
+            'class Net(tf.keras.Model):\n'
+            '    def __init__(self):\n'
+            '        super().__init__()\n'
+            '        self.out = tf.keras.layers.Dense(10)\n'
+            '    def call(self, x):\n'
+            '        return self.out(x)\n'
+            'def train(model, opt, x, y):\n'
+            '    with tf.GradientTape() as tape:\n'
+            '        loss = tf.reduce_mean(tf.square(model(x) - y))\n'
+            '    grads = tape.gradient(loss, model.trainable_variables)\n'
+            '    opt.apply_gradients(zip(grads, model.trainable_variables))\n'
+            '    if opt.iterations == 1:\n'
+            '        npu.distribute.broadcast(model.trainable_variables)\n'
+            'def train_loop(model, opt, dataset):\n'
+            '    for x, y in dataset:\n'
+            '        train(model, opt, x, y)\n'
+            'model = Net()\n'
+            'opt = tf.keras.optimizers.Adam(1e-3)\n'
+            'train_loop(model, opt, dataset)\n',
+        ),
+        # A tf.function step looped over by a function of the notebook (Google's autoencoder lab): after the
+        # step's call in that loop, eagerly, where the global model is the same.
+        Example(
+            'import tensorflow as tf\n'
+            'ae_model = tf.keras.Sequential([tf.keras.layers.Dense(8), tf.keras.layers.Dense(4)])\n'
+            'optimizer = tf.keras.optimizers.Adam(1e-3)\n'
+            '@tf.function\n'
+            'def train_step(batch):\n'
+            '    with tf.GradientTape() as tape:\n'
+            '        loss = tf.reduce_mean(tf.square(ae_model(batch) - batch))\n'
+            '    grads = tape.gradient(loss, ae_model.trainable_variables)\n'
+            '    optimizer.apply_gradients(zip(grads, ae_model.trainable_variables))\n'
+            'def train(dataset, epochs):\n'
+            '    for epoch in range(epochs):\n'
+            '        for batch in dataset:\n'
+            '            train_step(batch)\n'
+            'train(train_dataset, 10)\n',
+            'import tensorflow as tf\n'
+            'import npu_device as npu\n'
+            'npu.open().as_default()\n'
+            'ae_model = tf.keras.Sequential([tf.keras.layers.Dense(8), tf.keras.layers.Dense(4)])\n'
+            'optimizer = tf.keras.optimizers.Adam(1e-3)\n'
+            '@tf.function\n'
+            'def train_step(batch):\n'
+            '    with tf.GradientTape() as tape:\n'
+            '        loss = tf.reduce_mean(tf.square(ae_model(batch) - batch))\n'
+            '    grads = tape.gradient(loss, ae_model.trainable_variables)\n'
+            '    optimizer.apply_gradients(zip(grads, ae_model.trainable_variables))\n'
+            'def train(dataset, epochs):\n'
+            '    for epoch in range(epochs):\n'
+            '        for batch in dataset:\n'
+            '            train_step(batch)\n'
+            '            if optimizer.iterations == 1:\n'
+            '                npu.distribute.broadcast(ae_model.trainable_variables)\n'
+            'train(train_dataset, 10)\n',
+        ),
         # Adversarial training: the model's variables are broadcast, not the images whose gradient is
         # taken too (the real broadcast assigns into variables: given a tensor it fails on the cards).
         Example(
@@ -1379,10 +1459,12 @@ def _after_first_update(context, cell, facts, gradient: CallSite, variables: ast
     created = [a.value for _unused, _unused, a in context.facts.assignments(optimizer) if isinstance(a.value, ast.Call)]
     if not created or context.facts.resolve(dotted_name(created[-1].func)) not in K.KERAS_OPTIMIZERS:
         return None  # a tf.compat.v1 optimizer has no ``iterations``
-    found = _top_level_call(context, cell, facts, updates[0])
+    found = _top_level_call(context, cell, facts, updates[0], one_step=True)
     if found is None:
         return None
     s_cell, s_facts, step = found
+    if step.function is not None and not _global_where_stepped(context, model.split(".")[0], updates[0], step):
+        return None  # the model is a parameter there (``train(loss, model, ...)``): the step broadcasts itself
     if not isinstance(step.stmt, (ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign)):
         return None  # ``total_loss += step(x)`` too: the broadcast goes after the statement
     return s_cell, s_facts, step.stmt, optimizer
@@ -1767,9 +1849,11 @@ def _training_loop(context, cell, facts, site: CallSite):
     return c_cell, c_facts, top_level_statement(c_facts, caller.stmt)
 
 
-def _top_level_call(context, cell, facts, site: CallSite):
+def _top_level_call(context, cell, facts, site: CallSite, one_step: bool = False):
     """(cell, facts, call) of the call at the notebook's top level that leads to ``site``: ``site``
-    itself there, or the call of the function holding it, through up to a few functions."""
+    itself there, or the call of the function holding it, through up to a few functions. ``one_step``:
+    the call that runs one step instead, which is in the loop of a function when one loops over it
+    (``train(dataset, epochs)`` calling its ``tf.function`` step each batch), eagerly."""
     if site.function is None:
         return cell, facts, site
     seen, frontier = {site.function}, [site.function]
@@ -1779,11 +1863,30 @@ def _top_level_call(context, cell, facts, site: CallSite):
             for c_cell, c_facts, caller in _uses_of_function(context, function, cell if function == site.function else None):
                 if caller.function is None:
                     return c_cell, c_facts, caller
+                holder = c_facts.functions.get(caller.function)
+                if one_step and _in_a_loop(holder, caller.node) and not _compiled(holder):
+                    return c_cell, c_facts, caller
                 if caller.function not in seen:
                     seen.add(caller.function)
                     callers.append(caller.function)
         frontier = callers
     return None
+
+
+def _global_where_stepped(context, name: str, update: CallSite, step: CallSite) -> bool:
+    """Does ``name`` stand for the notebook's global both in the step's function and in the function
+    that loops over it (not a parameter or local of either)?"""
+    for function in {update.function, step.function} - {None}:
+        defined = context.facts.function(function)
+        if defined is None or name in function_locals(defined[2]):
+            return False
+    return True
+
+
+def _in_a_loop(function: Optional[ast.AST], node: ast.AST) -> bool:
+    return function is not None and any(
+        isinstance(loop, (ast.For, ast.AsyncFor, ast.While)) and loop.lineno < node.lineno <= loop.end_lineno
+        for loop in ast.walk(function))
 
 
 def _uses_of_function(context, name: str, defined_in: Optional[int] = None):
