@@ -1864,7 +1864,8 @@ def _top_level_call(context, cell, facts, site: CallSite, one_step: bool = False
                 if caller.function is None:
                     return c_cell, c_facts, caller
                 holder = c_facts.functions.get(caller.function)
-                if one_step and _in_a_loop(holder, caller.node) and not _compiled(holder):
+                if one_step and holder is not None and not _compiled(holder) \
+                        and _outermost_loop_around(holder, caller.stmt) is not None:
                     return c_cell, c_facts, caller
                 if caller.function not in seen:
                     seen.add(caller.function)
@@ -1881,12 +1882,6 @@ def _global_where_stepped(context, name: str, update: CallSite, step: CallSite) 
         if defined is None or name in function_locals(defined[2]):
             return False
     return True
-
-
-def _in_a_loop(function: Optional[ast.AST], node: ast.AST) -> bool:
-    return function is not None and any(
-        isinstance(loop, (ast.For, ast.AsyncFor, ast.While)) and loop.lineno < node.lineno <= loop.end_lineno
-        for loop in ast.walk(function))
 
 
 def _uses_of_function(context, name: str, defined_in: Optional[int] = None):

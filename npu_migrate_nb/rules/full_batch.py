@@ -207,8 +207,7 @@ def whole_reads_beside_rank_outputs(context, arrays: List[DataArray]) -> List[tu
                     isinstance(arg, ast.Name) and arg.id in outputs for arg in node.args):
                 continue
             found += [(cell, facts, arg) for arg in node.args
-                      if not isinstance(arg, ast.Name) or arg.id not in outputs
-                      if _root(arg) in sources]
+                      if _root(arg) in sources and not (isinstance(arg, ast.Name) and arg.id in outputs)]
     return found
 
 
