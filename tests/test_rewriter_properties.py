@@ -259,6 +259,21 @@ ONE_OPTIMIZER_FOR_A_LOOP_AND_A_COMPILE = Notebook("<example>", [
     Cell(1, "code", "optimizer = tf.keras.optimizers.SGD(1e-5)\nmodel.compile(loss='mse', optimizer=optimizer)\n"
                     "model.fit(train_set, epochs=10)\n"),
 ])
+# One optimizer for a Keras model made an Estimator (wrapped with the TF1 wrapper) and for a TF2 custom
+# loop: the wrapper all-reduces in compute_gradients, so the loop's all_reduce is the only one on its
+# path (found by hypothesis: double-allreduce judged the TF1 wrapper by the TF2 one).
+ONE_OPTIMIZER_FOR_AN_ESTIMATOR_AND_A_LOOP = Notebook("<example>", [
+    Cell(0, "code", "import tensorflow as tf\noptimizer = tf.keras.optimizers.SGD(0.1)\n"
+                    "model.compile(loss='mse', optimizer=optimizer)\n"
+                    "estimator = tf.keras.estimator.model_to_estimator(model)\n"
+                    "estimator.train(input_fn=input_fn, steps=500)\n"),
+    Cell(1, "code", "import npu_device as npu\nnpu.open().as_default()\n"
+                    "w = tf.Variable(tf.random.normal([784, 10]))\n"
+                    "def run_optimization(x, y):\n    with tf.GradientTape() as g:\n"
+                    "        loss = cross_entropy(x @ w, y)\n"
+                    "    gradients = g.gradient(loss, [w])\n    optimizer.apply_gradients(zip(gradients, [w]))\n"
+                    "for batch_x, batch_y in train_data:\n    run_optimization(batch_x, batch_y)\n"),
+])
 # ``npu.distribute`` with ``npu`` imported out of sight, beside the TF1 adapter: still the TF2 adapter.
 THE_ADAPTERS_ALIAS_NOT_IMPORTED = Notebook("<example>", [
     Cell(0, "code", "from npu_bridge.npu_init import *\nopt = NPULossScaleOptimizer(npu_distributed_optimizer_wrapper(opt), manager)\n"),
@@ -333,6 +348,7 @@ ESTIMATOR_AND_KERAS_NEVER_IMPORTED = Notebook("<example>", [
 @example(TWO_CELLS_OF_THE_SAME_TEXT)
 @example(HOROVOD_TAPE_AND_A_GLOBAL_BATCH_LOSS)
 @example(ONE_OPTIMIZER_FOR_A_LOOP_AND_A_COMPILE)
+@example(ONE_OPTIMIZER_FOR_AN_ESTIMATOR_AND_A_LOOP)
 @example(THE_ADAPTERS_ALIAS_NOT_IMPORTED)
 @example(HOROVOD_SUM_REBINDS_AN_OPTIMIZER)
 def test_fix_is_idempotent(notebook):

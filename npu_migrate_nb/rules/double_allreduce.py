@@ -15,15 +15,18 @@ OPTIMIZER_WRAPPERS = frozenset({
     "npu_bridge.NPUDistributedOptimizer",
     "npu_device.distribute.npu_distributed_keras_optimizer_wrapper",
 })
+# The TF1 wrapper and NPUDistributedOptimizer all-reduce in compute_gradients (get_gradients,
+# _compute_gradients): gradients a loop all-reduced and gave to their apply_gradients are reduced once.
+APPLY_GRADIENTS_WRAPPERS = frozenset({"npu_device.distribute.npu_distributed_keras_optimizer_wrapper"})
 ALL_REDUCES = frozenset({"npu_device.distribute.all_reduce", "npu_bridge.hccl_ops.allreduce"})
 
 
 class DoubleAllreduce(Rule):
-    """Each gradient must be aggregated once. An optimizer wrapped by the adapter
-    (``npu_distributed_keras_optimizer_wrapper``, ``npu_distributed_optimizer_wrapper``,
-    ``NPUDistributedOptimizer``) all-reduces what it applies: gradients all-reduced by hand before it
-    are reduced again (with "mean", divided by the rank count twice: the steps shrink with the number
-    of cards), and an optimizer wrapped twice does the same. A Keras model's own ``train_step`` applies
+    """Each gradient must be aggregated once. An optimizer wrapped with
+    ``npu_distributed_keras_optimizer_wrapper`` all-reduces what it applies: gradients all-reduced by
+    hand before it are reduced again (with "mean", divided by the rank count twice: the steps shrink
+    with the number of cards), and an optimizer wrapped twice (any of the adapter's wrappers) does the
+    same. The TF1 wrappers all-reduce in ``compute_gradients``, not in ``apply_gradients``. A Keras model's own ``train_step`` applies
     its gradients through the optimizer given to ``compile``. Not fixed automatically: keep one of the two."""
 
     code = "double-allreduce"
@@ -47,6 +50,12 @@ class DoubleAllreduce(Rule):
         "grads = tape.gradient(loss, model.trainable_variables)\n"
         "grads = npu.distribute.all_reduce(grads, reduction='mean')\n"
         "optimizer.apply_gradients(zip(grads, model.trainable_variables))\n",
+        # Once, by hand: the TF1 wrapper all-reduces in compute_gradients, which this loop never calls.
+        "import npu_device as npu\nfrom npu_device.compat.v1.npu_init import *\n"
+        "optimizer = npu_distributed_optimizer_wrapper(tf.compat.v1.train.GradientDescentOptimizer(0.1))\n"
+        "grads = tape.gradient(loss, variables)\n"
+        "grads = npu.distribute.all_reduce(grads, reduction='mean')\n"
+        "optimizer.apply_gradients(zip(grads, variables))\n",
     ]
     INVALID = [
         # The train_step all-reduces, and compile's optimizer is wrapped too.
@@ -108,12 +117,12 @@ def _is_wrapped_there(context, name: Optional[str], cell: int, site: CallSite) -
     value = context.facts.bound_before(name, cell, site.node.lineno, site.function)
     if value is None and site.function is not None:  # a module-level optimizer the function uses
         value = context.facts.bound_before(name, cell, site.node.lineno, None)
-    return isinstance(value, ast.Call) and context.facts.resolve(dotted_name(value.func)) in OPTIMIZER_WRAPPERS
+    return isinstance(value, ast.Call) and context.facts.resolve(dotted_name(value.func)) in APPLY_GRADIENTS_WRAPPERS
 
 
 def _wrapped_optimizer_names(context) -> Set[str]:
     names = set()
-    for _cell, _facts, site in context.facts.calls_to(*OPTIMIZER_WRAPPERS):
+    for _cell, _facts, site in context.facts.calls_to(*APPLY_GRADIENTS_WRAPPERS):
         stmt = site.stmt
         if isinstance(stmt, ast.Assign) and stmt.value is site.node and len(stmt.targets) == 1:
             target = dotted_name(stmt.targets[0])
@@ -130,7 +139,7 @@ def _classes_compiled_with_a_wrapper(context, wrapped: Set[str]) -> Set[str]:
         given = site.argument(0, "optimizer")
         if given is None:
             continue
-        is_wrapped = (isinstance(given, ast.Call) and context.facts.resolve(dotted_name(given.func)) in OPTIMIZER_WRAPPERS) \
+        is_wrapped = (isinstance(given, ast.Call) and context.facts.resolve(dotted_name(given.func)) in APPLY_GRADIENTS_WRAPPERS) \
             or (dotted_name(given) in wrapped)
         model = receiver_name(site)
         if not is_wrapped or model is None:
