@@ -403,6 +403,11 @@ def measure(path: Path, ranks: int, timeout: float, work_root: str, data_root: s
         fixed_path, record.static_after, record.fix_error = _fix(unfixed_path)
         if fixed_path is not None:
             record.fixed = run_on_ranks(fixed_path, ranks, timeout, home, modes[0])
+            if fixed_only and modes == (DEFAULT_PROOF_STEPS,) and _failed_after_the_cut(record.fixed):
+                # No unfixed run to learn it from: the fixed one tells that a cell needs the whole training.
+                _clean_outputs(folder, keep | {os.path.basename(fixed_path)})
+                record.as_written, modes = True, (None,)
+                record.fixed = run_on_ranks(fixed_path, ranks, timeout, home, None)
             if len(modes) > 1:
                 _clean_outputs(folder, keep | {os.path.basename(fixed_path)})
                 record.fixed_full = run_on_ranks(fixed_path, ranks, timeout, home, modes[1])

@@ -65,6 +65,17 @@ class Assignment:
     tuple_target: bool = False  # part of ``a, b = ...``
 
 
+def _place_in_target(assignment: Assignment) -> Optional[int]:
+    """The position of ``assignment``'s name in its flat tuple target (``a, b = ...``), else None."""
+    targets = assignment.stmt.targets if isinstance(assignment.stmt, ast.Assign) else []
+    for target in targets:
+        if isinstance(target, (ast.Tuple, ast.List)) and not any(isinstance(e, ast.Starred) for e in target.elts):
+            for place, element in enumerate(target.elts):
+                if dotted_name(element) == assignment.target:
+                    return place
+    return None
+
+
 @dataclass(eq=False)
 class ImportFact:
     local: str  # the bound name ("tf"), or "*" for a star import
@@ -675,6 +686,34 @@ class NotebookFacts:
         bound = [(index, a.stmt.lineno, a.value) for index, _facts, a in self.assignments(name)
                  if a.function == function and not a.tuple_target and (index, a.stmt.lineno) <= (cell, line)]
         return max(bound, key=lambda item: item[:2])[2] if bound else None
+
+    def held_value(self, assignment: Assignment, depth: int = 2) -> ast.expr:
+        """What ``assignment`` binds its target to, seen through a call of the notebook's own
+        function: ``..., saver = build(X, y)`` holds the part of ``build``'s last ``return`` at the
+        target's place (``return ..., saver``), followed to the function's own binding of it
+        (``saver = tf.train.Saver()``). The assignment's value when that is not known."""
+        value = assignment.value
+        if depth == 0 or not (isinstance(value, ast.Call) and isinstance(value.func, ast.Name)):
+            return value
+        found = self.function(value.func.id)
+        if found is None or not isinstance(found[2], (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return value
+        _index, helper_facts, helper = found
+        returns = [node.value for node in ast.walk(helper) if isinstance(node, ast.Return) and node.value is not None]
+        if not returns:
+            return value
+        returned = returns[-1]
+        if assignment.tuple_target:
+            place = _place_in_target(assignment)
+            if place is None or not isinstance(returned, ast.Tuple) or place >= len(returned.elts):
+                return value
+            returned = returned.elts[place]
+        if isinstance(returned, ast.Name):
+            bound = [a for a in helper_facts.assignments.get(returned.id, ()) if a.function == helper.name]
+            if not bound:
+                return value
+            return self.held_value(bound[-1], depth - 1)
+        return returned
 
     def function(self, name: str) -> Optional[Tuple[int, CellFacts, ast.AST]]:
         found = None

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ast
 import posixpath
-from typing import Iterable, Iterator, Optional
+from typing import Iterable, Iterator, List, Optional
 
 from ..facts import CallSite, CellFacts, dotted_name, mentions, receiver_name
 from ..findings import NEEDS_OS, Finding
@@ -98,8 +98,66 @@ class EveryRankWrites(Rule):
         'tf.saved_model.save(model, save_path)\n'
         '# %%\n'
         'reloaded = tf.saved_model.load(save_path)\n',
+        # Data every rank prepares, removed by every rank: on several servers each has its own copy.
+        "import os\nimport shutil\nimport tensorflow as tf\ntrain_dir = os.path.join(dataset_dir, 'train')\n"
+        "shutil.rmtree(os.path.join(train_dir, 'unsup'))\nmodel.compile('sgd', 'mse')\nmodel.fit(x, y)\n",
+        # A file rank 0 wrote, removed by every rank that may: errors ignored, or a missing file caught.
+        "import os\nimport shutil\nimport tensorflow as tf\nmodel.compile('sgd', 'mse')\nmodel.fit(x, y)\n"
+        "if int(os.getenv('RANK_ID', '0')) == 0:\n    with open('logs', 'w') as f:\n        f.write('1')\n"
+        "shutil.rmtree('logs', ignore_errors=True)\n",
+        "import os\nimport tensorflow as tf\nmodel.compile('sgd', 'mse')\nmodel.fit(x, y)\n"
+        "if int(os.getenv('RANK_ID', '0')) == 0:\n    with open('done.txt', 'w') as f:\n        f.write('1')\n"
+        "try:\n    os.remove('done.txt')\nexcept FileNotFoundError:\n    pass\n",
     ]
     INVALID = [
+        # A Saver a helper builds and returns among the graph's parts (Hands-On ML, ch. 9), and the
+        # file beside its checkpoint that says which epoch it holds: rank 0 writes both; every rank
+        # removing that file at the end, the second would raise FileNotFoundError.
+        Example(
+            "import os\nimport tensorflow as tf\n"
+            "def build(X, y):\n"
+            "    loss = tf.reduce_mean(tf.square(tf.layers.dense(X, 1) - y))\n"
+            "    training_op = tf.train.GradientDescentOptimizer(0.01).minimize(loss)\n"
+            "    saver = tf.train.Saver()\n"
+            "    return loss, training_op, saver\n"
+            "loss, training_op, saver = build(X, y)\n"
+            "with tf.Session() as sess:\n"
+            "    sess.run(tf.global_variables_initializer())\n"
+            "    for epoch in range(100):\n"
+            "        sess.run(training_op, feed_dict={X: X_batch, y: y_batch})\n"
+            "        if epoch % 10 == 0:\n"
+            "            saver.save(sess, '/tmp/model.ckpt')\n"
+            "            with open('/tmp/model.ckpt.epoch', 'wb') as f:\n"
+            "                f.write(b'%d' % (epoch + 1))\n"
+            "    os.remove('/tmp/model.ckpt.epoch')\n",
+            "import os\nimport tensorflow as tf\n"
+            "def build(X, y):\n"
+            "    loss = tf.reduce_mean(tf.square(tf.layers.dense(X, 1) - y))\n"
+            "    training_op = tf.train.GradientDescentOptimizer(0.01).minimize(loss)\n"
+            "    saver = tf.train.Saver()\n"
+            "    return loss, training_op, saver\n"
+            "loss, training_op, saver = build(X, y)\n"
+            "with tf.Session() as sess:\n"
+            "    sess.run(tf.global_variables_initializer())\n"
+            "    for epoch in range(100):\n"
+            "        sess.run(training_op, feed_dict={X: X_batch, y: y_batch})\n"
+            "        if epoch % 10 == 0:\n"
+            "            if int(os.getenv('RANK_ID', '0')) == 0:\n"
+            "                saver.save(sess, '/tmp/model.ckpt')\n"
+            "                with open('/tmp/model.ckpt.epoch', 'wb') as f:\n"
+            "                    f.write(b'%d' % (epoch + 1))\n"
+            "    if int(os.getenv('RANK_ID', '0')) == 0:\n"
+            "        os.remove('/tmp/model.ckpt.epoch')\n",
+        ),
+        # A file the notebook writes on rank 0 only, removed by every rank.
+        Example(
+            "import os\nimport tensorflow as tf\nmodel.compile('sgd', 'mse')\nmodel.fit(x, y)\n"
+            "if int(os.getenv('RANK_ID', '0')) == 0:\n    with open('done.txt', 'w') as f:\n        f.write('1')\n"
+            "# %%\nos.remove('done.txt')\n",
+            "import os\nimport tensorflow as tf\nmodel.compile('sgd', 'mse')\nmodel.fit(x, y)\n"
+            "if int(os.getenv('RANK_ID', '0')) == 0:\n    with open('done.txt', 'w') as f:\n        f.write('1')\n"
+            "# %%\nif int(os.getenv('RANK_ID', '0')) == 0:\n    os.remove('done.txt')\n",
+        ),
         Example(
             "import tensorflow as tf\nmodel = tf.keras.Sequential([tf.keras.layers.Dense(1)])\n"
             "model.compile('sgd', 'mse')\nmodel.fit(x, y)\n# %%\n# keep it\nmodel.save_weights('my_checkpoint')\n",
@@ -263,7 +321,28 @@ class EveryRankWrites(Rule):
     def check(self, context) -> Iterable[Finding]:
         if context.framework == "none":
             return []
-        return list(self._saves(context)) + list(self._callbacks(context)) + list(self._folders(context))
+        rank_zero_files = _written_on_one_rank(context)
+        found = list(self._saves(context, rank_zero_files)) + list(self._callbacks(context)) + list(self._folders(context))
+        return found + list(self._removals(context, rank_zero_files))
+
+    def _removals(self, context, rank_zero_files: set) -> Iterator[Finding]:
+        """``os.remove(path)`` on every rank of a file only rank 0 writes (as the notebook has it or as
+        the fix makes it): the other ranks raise FileNotFoundError. Not a file every rank has (data a
+        cell prepares: on several servers, each has its own copy to remove)."""
+        for cell, facts, site in context.facts.calls_to(*_REMOVERS):
+            path = site.argument(0, "path")
+            if path is None or _on_one_rank(facts, site.stmt) or facts.segment(path) not in rank_zero_files:
+                continue
+            if _per_process(context, path) or _ignores_errors(site) or _missing_file_handled(facts, site.stmt):
+                continue
+            if not (isinstance(site.stmt, ast.Expr) and site.stmt.value is site.node):
+                continue
+            yield self.finding(
+                cell, facts, site.node,
+                _("every rank runs this {function} on a file only rank 0 writes: the other ranks raise "
+                  "FileNotFoundError; remove it on rank 0 only").format(function=site.dotted),
+                [guard(cell, facts, site.stmt, RANK_ZERO, [NEEDS_OS])],
+            )
 
     def _folders(self, context) -> Iterator[Finding]:
         """``os.mkdir(path)`` on every rank: the second rank to get there raises FileExistsError."""
@@ -285,7 +364,9 @@ class EveryRankWrites(Rule):
                 [replace(cell, facts, site.node, f"os.makedirs({arguments}, exist_ok=True)", [NEEDS_OS])],
             )
 
-    def _saves(self, context) -> Iterator[Finding]:
+    def _saves(self, context, rank_zero_files: set) -> Iterator[Finding]:
+        """``rank_zero_files``: gets the paths (as written) of the files the fix writes on rank 0 only."""
+        guarded_companions: set = set()
         for cell, facts, site in context.facts.calls(*_MODEL_METHODS, *_CHECKPOINT_METHODS, *_EXPORT_METHODS,
                                                      "simple_save"):
             what = _writer(context, site)
@@ -318,6 +399,9 @@ class EveryRankWrites(Rule):
             standalone = isinstance(site.stmt, ast.Expr) and site.stmt.value is site.node
             edit = guard(cell, facts, site.stmt, RANK_ZERO, [NEEDS_OS]) if standalone else \
                 _guard_with_uses(context, cell, facts, site.stmt)
+            companions = [] if edit is None else [
+                stmt for stmt in _files_written_beside(facts, site.stmt) if id(stmt) not in guarded_companions]
+            guarded_companions.update(id(stmt) for stmt in companions)
             if edit is not None and not standalone:
                 message = _("every rank runs this {writer} and writes the same file: on one server the ranks share its "
                             "disk and race on its files; write it on rank 0 only, with the statements after it that "
@@ -325,7 +409,17 @@ class EveryRankWrites(Rule):
             else:
                 message = _("every rank runs this {writer} and writes the same file: on one server the ranks share its "
                             "disk and race on its files; write it on rank 0 only").format(writer=what)
-            yield self.finding(cell, facts, site.node, message, [edit] if edit is not None else [])
+            if edit is not None:
+                rank_zero_files.update(facts.segment(node) for node in [path, *map(_opened_path, companions)]
+                                       if node is not None)
+            if companions:
+                message += _(", with the file written beside it (line {line})").format(line=companions[0].lineno)
+            edits = [edit] + [guard(cell, facts, stmt, RANK_ZERO, [NEEDS_OS]) for stmt in companions]
+            following = _following(facts, site.stmt, companions) if standalone else []
+            if following:  # one guard over the save and the files written right after it
+                edits = [guard_span(cell, facts, site.stmt, following[-1], RANK_ZERO, [NEEDS_OS])] + [
+                    guard(cell, facts, stmt, RANK_ZERO, [NEEDS_OS]) for stmt in companions if stmt not in following]
+            yield self.finding(cell, facts, site.node, message, edits if edit is not None else [])
 
     def _callbacks(self, context) -> Iterator[Finding]:
         for cell, facts, site in context.facts.calls_to(*_CALLBACKS):
@@ -352,6 +446,84 @@ class EveryRankWrites(Rule):
                 pattern = _PER_RANK
             edits = [replace_with(cell, facts, path, pattern, [NEEDS_OS], path=path)] if simple else []
             yield self.finding(cell, facts, path, message, edits)
+
+
+_REMOVERS = frozenset({"os.remove", "os.unlink", "shutil.rmtree"})
+_MISSING_FILE_ERRORS = frozenset({"FileNotFoundError", "OSError", "IOError", "Exception", "BaseException"})
+
+
+def _ignores_errors(site: CallSite) -> bool:
+    """``shutil.rmtree(path, ignore_errors=True)``."""
+    given = site.argument(1, "ignore_errors")
+    return given is not None and not (isinstance(given, ast.Constant) and not given.value)
+
+
+def _missing_file_handled(facts: CellFacts, stmt: ast.stmt) -> bool:
+    """Is ``stmt`` in the body of a ``try`` that catches a missing file (or ``contextlib.suppress``)?"""
+    for node in facts.nodes(ast.Try, ast.With):
+        if not any(inner is stmt for inner in ast.walk(node)):
+            continue
+        if isinstance(node, ast.Try):
+            caught = {dotted_name(h.type) if h.type is not None else "BaseException" for h in node.handlers}
+            caught |= {dotted_name(e) for h in node.handlers if isinstance(h.type, ast.Tuple) for e in h.type.elts}
+            if caught & _MISSING_FILE_ERRORS and any(inner is stmt for part in node.body for inner in ast.walk(part)):
+                return True
+        elif any(isinstance(item.context_expr, ast.Call) and (dotted_name(item.context_expr.func) or "").endswith("suppress")
+                 for item in node.items):
+            return True
+    return False
+
+
+def _files_written_beside(facts: CellFacts, save: ast.stmt) -> List[ast.stmt]:
+    """The ``with open(path, "w")`` statements in the block of a checkpoint's ``save`` (the epoch a
+    run stopped at, written with it): every rank would write them too, and only rank 0 has the
+    checkpoint they describe. Not those that bind a name read after them (the closed file handle aside)."""
+    block = _block_of(facts.tree, save) or []
+    found = []
+    for stmt in block:
+        if not isinstance(stmt, ast.With) or stmt is save:
+            continue
+        opened = [item for item in stmt.items if _opens_for_writing(item.context_expr)]
+        if not opened or len(opened) != len(stmt.items):
+            continue
+        path = opened[0].context_expr.args[0] if opened[0].context_expr.args else None
+        if path is None or mentions(path, ("RANK", "rank")):
+            continue
+        bound = set().union(*(_bound_names(part) for part in stmt.body))
+        if any(isinstance(node, ast.Name) and node.id in bound and isinstance(node.ctx, ast.Load)
+               and node.lineno > stmt.end_lineno for node in facts.nodes(ast.Name)):
+            continue
+        found.append(stmt)
+    return found
+
+
+def _following(facts: CellFacts, stmt: ast.stmt, among: List[ast.stmt]) -> List[ast.stmt]:
+    """The statements of ``among`` that come right after ``stmt`` in its block, one after another."""
+    block = _block_of(facts.tree, stmt) or []
+    place = next((i for i, s in enumerate(block) if s is stmt), len(block))
+    found = []
+    for after in block[place + 1:]:
+        if not any(after is s for s in among):
+            break
+        found.append(after)
+    return found
+
+
+def _opened_path(stmt: ast.With) -> Optional[ast.expr]:
+    return stmt.items[0].context_expr.args[0]
+
+
+def _written_on_one_rank(context) -> set:
+    """The paths (as written) of the files the notebook opens for writing under a rank test."""
+    return {facts.segment(site.node.args[0]) for _cell, facts, site in context.facts.calls("open")
+            if _opens_for_writing(site.node) and _on_one_rank(facts, site.stmt)}
+
+
+def _opens_for_writing(node: ast.expr) -> bool:
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "open" and node.args):
+        return False
+    mode = node.args[1] if len(node.args) > 1 else next((k.value for k in node.keywords if k.arg == "mode"), None)
+    return isinstance(mode, ast.Constant) and isinstance(mode.value, str) and bool(set(mode.value) & set("wax+"))
 
 
 def _guard_with_uses(context, cell: int, facts: CellFacts, stmt: ast.stmt):
@@ -479,8 +651,10 @@ def _reads_back(context, facts: CellFacts, save: CallSite, path: ast.expr) -> li
 
 
 def _made_with(context, name: str) -> Optional[str]:
-    values = [a.value for _cell, _facts, a in context.facts.assignments(name) if isinstance(a.value, ast.Call)]
-    return context.facts.resolve(dotted_name(values[-1].func)) if values else None
+    """What made the object ``name`` holds (a Saver a helper builds and returns among others, too)."""
+    values = [context.facts.held_value(a) for _cell, _facts, a in context.facts.assignments(name)
+              if isinstance(a.value, ast.Call)]
+    return context.facts.resolve(dotted_name(values[-1].func)) if values and isinstance(values[-1], ast.Call) else None
 
 
 def _is_a_model(context, name: str) -> bool:

@@ -9,6 +9,7 @@ from .. import knowledge as K
 from ..facts import CallSite, CellFacts, chain_root_name, dotted_name, receiver_name
 from ..findings import NEEDS_NPU_DEVICE, NEEDS_OS, Edit, Finding
 from ..i18n import N_, _, ngettext
+from ..names import positional_parameters
 from ..ranks import rank_free_shards
 from .batch_not_divisible import global_batch_value
 from .base import (
@@ -66,6 +67,28 @@ def rank_batches_class(keras: str) -> str:
         "            self.batches.index_array = order.permutation(self.batches.n)\n"
         "        self.epoch += 1"
     )
+
+
+
+# A TF1 loop feeding the batches a helper picks (rule examples).
+_HELPER_BATCHES = (
+    "import numpy as np\nimport tensorflow as tf\n"
+    "def random_batch(X_train, y_train, batch_size):\n"
+    "    rnd_indices = np.random.randint(0, len(X_train), batch_size)\n"
+    "    X_batch = X_train[rnd_indices]\n"
+    "    y_batch = y_train[rnd_indices]\n"
+    "    return X_batch, y_batch\n"
+    "X = tf.placeholder(tf.float32, shape=(None, 3))\ny = tf.placeholder(tf.float32, shape=(None, 1))\n"
+    "loss = tf.reduce_mean(tf.square(tf.layers.dense(X, 1) - y))\n"
+    "training_op = tf.train.GradientDescentOptimizer(0.01).minimize(loss)\n"
+    "batch_size = {size}\n"
+    "with tf.Session() as sess:\n"
+    "    sess.run(tf.global_variables_initializer())\n"
+    "    for epoch in range(10):\n"
+    "        for batch_index in range(100):\n"
+    "            X_batch, y_batch = {call}\n"
+    "            sess.run(training_op, feed_dict={{X: X_batch, y: y_batch}})\n"
+)
 
 
 class MissingShard(Rule):
@@ -1099,6 +1122,16 @@ class MissingShard(Rule):
             '        sess.run(train_disc, feed_dict={real_image_input: batch_x})\n'
             '    z = np.random.uniform(-1., 1., size=[batch_size, 100])\n',
         ),
+        # Batches a notebook function picks rows for (Hands-On ML, ch. 9): each rank takes its part of
+        # each global batch.
+        Example(
+            _HELPER_BATCHES.format(size=50, call="random_batch(X_train, y_train, batch_size)"),
+            _HELPER_BATCHES.format(size=50, call="[part[int(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', '1'))] "
+                                                 "for part in random_batch(X_train, y_train, batch_size)]").replace(
+                "import tensorflow as tf\n", "import tensorflow as tf\nimport os\n", 1),
+        ),
+        # ... but a batch of one row cannot be split: said, not written as an empty batch.
+        Example(_HELPER_BATCHES.format(size=1, call="random_batch(X_train, y_train, batch_size)")),
     ]
 
     def prepare(self, context) -> None:
@@ -1358,6 +1391,10 @@ class MissingShard(Rule):
             if slices:
                 findings.append(self._shard_feed(context, cell, facts, loop, slices))
                 continue
+            helped = _batch_helper_calls(context, facts, site, loop)
+            if helped:
+                findings.append(self._shard_helper_batches(context, cell, facts, loop, helped))
+                continue
             whole = _whole_arrays_fed(context, site, loop)
             if whole:
                 findings.append(self.finding(cell, facts, whole[0], _(
@@ -1388,6 +1425,33 @@ class MissingShard(Rule):
             _("every rank feeds the same rows of {arrays}: step through this rank's rows "
               "(every RANK_SIZE-th from RANK_ID){split}").format(arrays=", ".join(sorted(arrays)), split=split), edits,
         )
+
+    def _shard_helper_batches(self, context, cell, facts: CellFacts, loop: ast.stmt, helped) -> Finding:
+        """Batches a notebook function picks rows for (``X_batch, y_batch = random_batch(X, y, 50)``,
+        ``fetch_batch(epoch, i, batch_size)``): the batch is the global one, and each rank takes every
+        RANK_SIZE-th row of it from RANK_ID (the rows are drawn alike on every rank when the notebook
+        seeds them; unseeded, each rank still takes its part of a batch of its own)."""
+        rows = f"[{K.RANK_ID_EXPR}::{K.RANK_SIZE_EXPR}]"
+        first = helped[0][0]
+        size = _helper_batch_size(context, first)
+        value = global_batch_value(context, size) if size is not None else None
+        name = first.func.id
+        if value is not None and value < context.options.ranks:
+            return self.finding(cell, facts, first, _(
+                "every rank feeds the same batches {helper}() picks, and a batch of {rows} rows cannot be split "
+                "across {ranks} ranks: give each rank its own rows by hand (or check with --ranks N)").format(
+                    helper=name, rows=value, ranks=context.options.ranks))
+        edits = []
+        for call, unpacked in helped:
+            pattern = f"[part{rows} for part in {{batch}}]" if unpacked else "{batch}" + rows
+            edits.append(replace_with(cell, facts, call, pattern, [NEEDS_OS], batch=call))
+        sizes = per_rank_sizes(context, size, _per_rank(size), [(cell, facts, loop)] + graph_cells(context),
+                               [NEEDS_OS]) if size is not None else []
+        context.shard_fix_splits_batch = True
+        return self.finding(cell, facts, first, _(
+            "every rank feeds the same batches {helper}() picks: each rank takes every RANK_SIZE-th row of each "
+            "batch from RANK_ID, its part of the global batch").format(helper=name) + _sizes_note(sizes),
+            edits + sizes)
 
     def _shard_tf1_mnist_batches(self, context) -> List[Finding]:
         """``batch_x, batch_y = mnist.train.next_batch(100)`` of TensorFlow 1's MNIST loader: every rank
@@ -1711,6 +1775,64 @@ def _whole_arrays_fed(context, site: CallSite, loop: ast.stmt) -> List[ast.Name]
     return fed
 
 
+def _batch_helper_calls(context, facts: CellFacts, site: CallSite, loop: ast.stmt) -> List[Tuple[ast.Call, bool]]:
+    """(call, unpacked) for each call in ``loop`` of a notebook function that returns rows of arrays
+    (``return X[idx], y[idx]``) whose result the training ``site`` feeds: ``unpacked`` when it is bound
+    to a tuple of names."""
+    feed = site.keyword("feed_dict")
+    feed = feed.value if feed is not None else (site.node.args[1] if len(site.node.args) > 1 else None)
+    if not isinstance(feed, ast.Dict) or not _runs_a_training_op(context, site):
+        return []
+    fed = {value.id for value in feed.values if isinstance(value, ast.Name)}
+    found, seen = [], set()
+    for stmt in ast.walk(loop):
+        if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.value, ast.Call)):
+            continue
+        target, call = stmt.targets[0], stmt.value
+        names = [e.id for e in target.elts if isinstance(e, ast.Name)] if isinstance(target, ast.Tuple) else \
+            [target.id] if isinstance(target, ast.Name) else []
+        if not set(names) & fed or id(call) in seen or not _returns_rows(context, call):
+            continue
+        seen.add(id(call))
+        found.append((call, isinstance(target, ast.Tuple)))
+    return found
+
+
+def _returns_rows(context, call: ast.Call) -> bool:
+    """Is ``call`` a call of the notebook's function whose every returned value is rows of an array
+    (``X[indices]``), directly or through a name it binds so?"""
+    if not isinstance(call.func, ast.Name):
+        return False
+    found = context.facts.function(call.func.id)
+    if found is None or not isinstance(found[2], ast.FunctionDef):
+        return False
+    _index, helper_facts, helper = found
+    returns = [node.value for node in ast.walk(helper) if isinstance(node, ast.Return) and node.value is not None]
+    parts = [part for value in returns for part in (value.elts if isinstance(value, ast.Tuple) else [value])]
+
+    def rows(part: ast.expr) -> bool:
+        if isinstance(part, ast.Name):
+            bound = [a.value for a in helper_facts.assignments.get(part.id, ()) if a.function == helper.name]
+            part = bound[-1] if bound else part
+        return isinstance(part, ast.Subscript) and not isinstance(part.slice, ast.Constant)
+
+    return bool(parts) and all(rows(part) for part in parts)
+
+
+def _helper_batch_size(context, call: ast.Call) -> Optional[ast.expr]:
+    """What ``call`` gives its function's batch-size parameter (named ``batch_size`` or ``*_size``)."""
+    found = context.facts.function(call.func.id)
+    if found is None or not isinstance(found[2], ast.FunctionDef):
+        return None
+    parameters = positional_parameters(found[2])
+    for position, parameter in enumerate(parameters):
+        if parameter == "batch_size" or parameter.endswith("batch_size"):
+            if position < len(call.args):
+                return call.args[position]
+            return next((k.value for k in call.keywords if k.arg == parameter), None)
+    return None
+
+
 def _runs_a_training_op(context, site: CallSite) -> bool:
     """Does ``session.run(fetches, ...)`` (or ``train_op.run(...)``) run an op that ``minimize`` or
     ``apply_gradients`` made? An evaluation on the whole validation set in the same loop does not train."""
@@ -1719,7 +1841,7 @@ def _runs_a_training_op(context, site: CallSite) -> bool:
     fetched += [fetches] if fetches is not None else []
     for name in {node.id for part in fetched for node in ast.walk(part) if isinstance(node, ast.Name)}:
         for _cell, _facts, assignment in context.facts.assignments(name):
-            calls = [node for node in ast.walk(assignment.value) if isinstance(node, ast.Call)]
+            calls = [node for node in ast.walk(context.facts.held_value(assignment)) if isinstance(node, ast.Call)]
             if any(isinstance(call.func, ast.Attribute) and call.func.attr in ("minimize", "apply_gradients")
                    for call in calls):
                 return True
