@@ -55,7 +55,7 @@ class Options:
 class Analysis:
     path: str
     language: str
-    framework: str  # "estimator" | "keras" | "custom-loop" | "tf-agents" | "decision-forests" | "mixed" | "none"
+    framework: str  # "estimator" | "keras" | "custom-loop" | "tf-agents" | "decision-forests" | "learning-rule" | "mixed" | "none"
     adapter: Optional[str]  # "npu_bridge" | "npu_device" | None
     steps: Dict[str, str]  # step -> one of STATUSES
     findings: List[Finding] = field(default_factory=list)
@@ -182,6 +182,7 @@ def _not_applicable() -> Dict[str, str]:
 
 
 def _frameworks(facts: NotebookFacts) -> List[str]:
+    from .learning_rules import LEARNING_RULE, rule_updates
     from .rules.not_data_parallel import trained_agents, trains_only_decision_forests
 
     found = []
@@ -196,6 +197,8 @@ def _frameworks(facts: NotebookFacts) -> List[str]:
         found.append("decision-forests")  # Keras models whose fit grows trees: no gradient step
     if trained_agents(facts):
         found.append("tf-agents")  # agent.train(experience) takes the gradient step inside TF-Agents
+    if rule_updates(facts):
+        found.append(LEARNING_RULE)  # parameters updated by a rule the notebook writes (an RBM's)
     return found
 
 

@@ -8,6 +8,7 @@ from typing import Iterable, Iterator, List, Optional, Tuple
 from .. import knowledge as K
 from ..facts import CallSite, CellFacts, dotted_name
 from ..findings import NEEDS_DENSE_GRADIENTS, NEEDS_NPU_BRIDGE, NEEDS_NPU_DEVICE, NEEDS_OS, Edit, Finding
+from ..learning_rules import EXAMPLE_RBM, EXAMPLE_RBM_PARTS, LEARNING_RULE, rule_updates
 from ..analysis import is_distributed_argument
 from ..i18n import N_, _
 from .base import Example, Rule, add_argument, insert_after, keras_prefix, replace, single_target, wrap
@@ -120,6 +121,26 @@ class MissingAllreduce(Rule):
     ]
 
     INVALID = [
+        # A learning rule (an RBM's contrastive divergence): the term each update adds, all-reduced; a mean
+        # over the window's rows stays a mean ...
+        Example(
+            EXAMPLE_RBM.format(**EXAMPLE_RBM_PARTS),
+            EXAMPLE_RBM.format(**{**EXAMPLE_RBM_PARTS,
+                                  "w_term": f'npu.distribute.all_reduce({EXAMPLE_RBM_PARTS["w_term"]}, reduction="mean")',
+                                  "vb_term": f'npu.distribute.all_reduce({EXAMPLE_RBM_PARTS["vb_term"]}, reduction="mean")'}
+                               ).replace("import tensorflow as tf\n", "import tensorflow as tf\nimport npu_device as npu\n"
+                                         "npu.open().as_default()\n", 1),
+        ),
+        # ... and a term divided by the global batch (a sum over the rows) is summed.
+        Example(
+            EXAMPLE_RBM.format(**{**EXAMPLE_RBM_PARTS, "w_term": "self.lr * tf.matmul(tf.transpose(batch), h0 - h1) / 100.0"}),
+            EXAMPLE_RBM.format(**{**EXAMPLE_RBM_PARTS,
+                                  "w_term": 'npu.distribute.all_reduce(self.lr * tf.matmul(tf.transpose(batch), h0 - h1) / '
+                                            '100.0, reduction="sum")',
+                                  "vb_term": f'npu.distribute.all_reduce({EXAMPLE_RBM_PARTS["vb_term"]}, reduction="mean")'}
+                               ).replace("import tensorflow as tf\n", "import tensorflow as tf\nimport npu_device as npu\n"
+                                         "npu.open().as_default()\n", 1),
+        ),
         # Keras imported name by name, never ``tensorflow as tf``: the optimizer the fix writes is
         # ``tf.keras.optimizers.RMSprop()``, and ``tf`` is imported with the setup (no NameError).
         Example(
@@ -703,6 +724,8 @@ class MissingAllreduce(Rule):
             findings += self._all_reduce_gradients(context)
         if "tf-agents" in context.frameworks and not context.tf1:  # TF1: _wrap_tf1_optimizers wraps them
             findings += self._wrap_agent_optimizers(context)
+        if LEARNING_RULE in context.frameworks and not context.tf1:
+            findings += self._all_reduce_rule_terms(context)
         return findings or self.unlocated(
             context, _("gradients are not aggregated across ranks, and neither the optimizer nor the gradient "
                        "computation was recognized")
@@ -925,6 +948,23 @@ class MissingAllreduce(Rule):
                 [edit],
             )
 
+
+    # -- a learning rule the notebook writes (an RBM's): the term each update adds
+    def _all_reduce_rule_terms(self, context) -> Iterator[Finding]:
+        """``self.w = self.w + lr * (positive - negative) / rows``: each rank computes the term from its
+        own rows; all-reduced (a mean of the ranks' means is the window's mean, sums add up), every rank
+        applies the same update."""
+        function = f"{context.npu}.distribute.all_reduce"
+        for update in rule_updates(context.facts):
+            cell, facts, term = update.cell, update.facts, update.term
+            yield self.finding(
+                cell, facts, update.stmt,
+                _('{parameter} is updated by a rule computed from each rank\'s own rows, and the ranks do not '
+                  'agree on it: all-reduce what the update adds ({function}(..., reduction="{reduction}"))').format(
+                    parameter=update.parameter, function=function, reduction=update.reduction),
+                [replace(cell, facts, term, f'{function}({facts.segment(term)}, reduction="{update.reduction}")',
+                         [NEEDS_NPU_DEVICE])],
+            )
 
     # -- TF-Agents: the optimizer given to the agent, whose train() calls its apply_gradients
     def _wrap_agent_optimizers(self, context) -> Iterator[Finding]:

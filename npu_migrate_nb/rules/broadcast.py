@@ -8,7 +8,8 @@ from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 from .. import knowledge as K
 from ..facts import CallSite, CellFacts, chain_root_name, dotted_name, receiver_name
 from ..findings import NEEDS_NPU_BRIDGE, NEEDS_NPU_DEVICE, NEEDS_OS, Finding
-from ..i18n import _
+from ..i18n import N_, _
+from ..learning_rules import EXAMPLE_RBM, EXAMPLE_RBM_PARTS, LEARNING_RULE, rule_updates, starts_from_constants
 from ..names import ALWAYS_BOUND, function_locals, positional_parameters
 from .not_data_parallel import trained_agents
 from .sources import applied_by_the_compiled_optimizer, makes_a_tensor, not_variables, only_shown, target_position
@@ -26,6 +27,11 @@ from .base import (
 )
 
 
+RULE_CONSTANT_START_REASON = N_(
+    "every parameter the learning rule updates starts from a constant ({maker}): every rank starts from the "
+    "same values, so there is nothing to broadcast")
+
+
 class MissingBroadcast(Rule):
     """Each rank initializes the model's variables on its own: with random initializers, N ranks
     start from N different sets of weights. Even with the gradients aggregated, every rank then applies
@@ -41,6 +47,8 @@ class MissingBroadcast(Rule):
     severity = "error"
 
     VALID = [
+        # A learning rule's parameters start from tf.zeros: alike on every rank.
+        EXAMPLE_RBM.format(**EXAMPLE_RBM_PARTS),
         # A tour of the tape: the gradient of a constant it watches is no training (nothing to broadcast).
         "import tensorflow as tf\nx = tf.constant(3.0)\nwith tf.GradientTape() as g:\n    g.watch(x)\n    y = x * x\n"
         "dy_dx = g.gradient(y, x)\nprint(dy_dx)\n",
@@ -88,6 +96,8 @@ class MissingBroadcast(Rule):
     ]
 
     INVALID = [
+        # A learning rule's parameters drawn on each rank: plain tensors, said, not fixed.
+        Example(EXAMPLE_RBM.format(**{**EXAMPLE_RBM_PARTS, "start": "tf.random.normal"})),
         # The variables a local of the step made from top-level names (TensorFlow-Examples' raw networks): the
         # same expression broadcast before the loop that calls the step (issue 34).
         Example(
@@ -812,6 +822,14 @@ class MissingBroadcast(Rule):
         ),
     ]
 
+    def prepare(self, context) -> None:
+        if context.frameworks == [LEARNING_RULE]:
+            maker = starts_from_constants(context.facts, rule_updates(context.facts))
+            if maker is not None:
+                context.mark("broadcast", "not-applicable", _(RULE_CONSTANT_START_REASON).format(
+                    maker=maker.replace("tensorflow.", f"{context.tf}.").replace(
+                        "numpy.", f"{context.facts.alias_for('numpy') or 'numpy'}.")))
+
     def check(self, context) -> Iterable[Finding]:
         if context.framework == "none":
             return []
@@ -827,11 +845,25 @@ class MissingBroadcast(Rule):
             findings += self._sessions(context) if context.tf1 else self._custom_loop(context)
         if "tf-agents" in context.frameworks:
             findings += self._agents(context)
+        if LEARNING_RULE in context.frameworks:
+            findings += self._rule_parameters(context)
         if findings or tf2_callback:
             return findings
         return self.unlocated(
             context, _("variables are not broadcast from rank 0, and no place to broadcast them was recognized")
         )
+
+    # -- a learning rule's parameters: plain tensors, which cannot be broadcast in place
+    def _rule_parameters(self, context) -> Iterator[Finding]:
+        updates = rule_updates(context.facts)
+        if starts_from_constants(context.facts, updates) is not None:
+            return
+        first = updates[0]
+        yield self.finding(first.cell, first.facts, first.stmt, _(
+            "{parameter} is a tensor a learning rule updates, and it does not start from a constant: each rank "
+            "starts from its own values, and a tensor cannot be broadcast in place; start it alike on every rank "
+            "(a constant, or a draw seeded alike), or keep it in a tf.Variable and broadcast that").format(
+                parameter=first.parameter))
 
     # -- Estimator: the broadcast hook in the training hooks
     def _estimator(self, context) -> Iterator[Finding]:

@@ -9,6 +9,7 @@ from .. import knowledge as K
 from ..facts import CallSite, CellFacts, chain_root_name, dotted_name, receiver_name
 from ..findings import NEEDS_NPU_DEVICE, NEEDS_OS, Edit, Finding
 from ..i18n import N_, _, ngettext
+from ..learning_rules import EXAMPLE_RBM, EXAMPLE_RBM_PARTS, LEARNING_RULE, rule_updates
 from ..names import positional_parameters
 from ..ranks import rank_free_shards
 from .batch_not_divisible import global_batch_value
@@ -144,6 +145,13 @@ class MissingShard(Rule):
     ]
 
     INVALID = [
+        # A learning rule's windows (an RBM's): each rank takes its rows of each, the loop stays.
+        Example(
+            EXAMPLE_RBM.format(**EXAMPLE_RBM_PARTS),
+            EXAMPLE_RBM.format(**{**EXAMPLE_RBM_PARTS,
+                                  "window": "X[start:end][int(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', '1'))]"}
+                               ).replace("import tensorflow as tf\n", "import tensorflow as tf\nimport os\n", 1),
+        ),
         # Random minibatches fed to a TF1 loop: the arrays keep their length (the random offsets stay
         # valid) and each rank takes every RANK_SIZE-th row of each window, its part of the global batch.
         Example(
@@ -1173,6 +1181,8 @@ class MissingShard(Rule):
             findings += self._shard_returned_inputs(context)
         findings += self._shard_fed_arrays(context)
         findings += self._shard_tf1_mnist_batches(context)
+        if LEARNING_RULE in context.frameworks:
+            findings += self._shard_rule_windows(context)
         if "keras" in context.frameworks:
             findings += self._shard_arrays(context)
         if not owned:
@@ -1452,6 +1462,32 @@ class MissingShard(Rule):
             "every rank feeds the same batches {helper}() picks: each rank takes every RANK_SIZE-th row of each "
             "batch from RANK_ID, its part of the global batch").format(helper=name) + _sizes_note(sizes),
             edits + sizes)
+
+    def _shard_rule_windows(self, context) -> List[Finding]:
+        """The windows a learning rule computes its updates from (``batch = X[start:end]``): each rank
+        takes every RANK_SIZE-th row of each, its part of the global batch; the loop over the windows
+        stays as it is, so every rank takes the same number of steps."""
+        findings, seen = [], set()
+        rank_rows = f"[{K.RANK_ID_EXPR}::{K.RANK_SIZE_EXPR}]"
+        for update in rule_updates(context.facts):
+            if id(update.window) in seen:
+                continue
+            seen.add(id(update.window))
+            cell, facts, window = update.cell, update.facts, update.window
+            array = facts.segment(window.value)
+            length = _window_length(window)
+            if length is not None and length < context.options.ranks:
+                findings.append(self.finding(cell, facts, window, _(
+                    "every rank learns from the same rows of {array}, and a window of {rows} rows cannot be split "
+                    "across {ranks} ranks: give each rank its own rows by hand (or check with --ranks N)").format(
+                        array=array, rows=length, ranks=context.options.ranks)))
+                continue
+            context.shard_fix_splits_batch = True
+            findings.append(self.finding(cell, facts, window, _(
+                "every rank learns from the same rows of {array}: each rank takes every RANK_SIZE-th row of each "
+                "window from RANK_ID, its part of the global batch").format(array=array),
+                [replace_with(cell, facts, window, "{window}" + rank_rows, [NEEDS_OS], window=window)]))
+        return findings
 
     def _shard_tf1_mnist_batches(self, context) -> List[Finding]:
         """``batch_x, batch_y = mnist.train.next_batch(100)`` of TensorFlow 1's MNIST loader: every rank

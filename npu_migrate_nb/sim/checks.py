@@ -58,6 +58,7 @@ FIXES = {
         "keras fit": N_("after the model is built: npu.distribute.broadcast(model.trainable_variables) "
                         "(TF1 Keras: callbacks=[NPUBroadcastGlobalVariablesCallback(0)])"),
         "optimizer step": N_("after the model is built: npu.distribute.broadcast(model.trainable_variables)"),
+        "learning rule": N_("start the parameters alike on every rank (a constant, or a draw seeded alike)"),
     },
     "allreduce": {
         "estimator": N_("optimizer = npu_distributed_optimizer_wrapper(optimizer) in the model_fn"),
@@ -66,6 +67,7 @@ FIXES = {
         "optimizer step": N_("grads = npu.distribute.all_reduce(grads, reduction='mean') before apply_gradients, "
                              "or wrap the optimizer with npu.distribute.npu_distributed_keras_optimizer_wrapper"),
         "tape gradient": N_("grads = npu.distribute.all_reduce(grads, reduction='mean') right after tape.gradient"),
+        "learning rule": N_("all-reduce what each update adds: p = p + npu.distribute.all_reduce(term, reduction='mean')"),
     },
     "shard": {
         "estimator": N_("in the input_fn: dataset.shard(int(os.environ['RANK_SIZE']), int(os.environ['RANK_ID'])) "
@@ -74,6 +76,7 @@ FIXES = {
                                      "batch_size=batch_size // rank_size)"),
         "arrays the step reads": N_("each rank keeps its rows where the arrays are made: x = x[rank_id::rank_size]"),
         "graph constants the step reads": N_("each rank keeps its rows where the arrays are made: x = x[rank_id::rank_size]"),
+        "window a learning rule reads": N_("each rank takes its rows of each window: batch = x[start:end][rank_id::rank_size]"),
         "default": N_("dataset, batch_size = npu.distribute.shard_and_rebatch_dataset(dataset, global_batch_size), "
                       "then dataset.batch(batch_size)"),
     },
@@ -198,7 +201,8 @@ def check_broadcast(records: Records, size: int) -> Check:
             "broadcast",
             NOT_OBSERVED,
             _("no training step seen on rank(s) {ranks} "
-              "(watched: Keras fit, Estimator.train, optimizer apply_gradients, tape gradients of variables updated by hand)").format(ranks=_ranks(missing)),
+              "(watched: Keras fit, Estimator.train, optimizer apply_gradients, tape gradients of variables updated by hand, "
+              "tensors a learning rule rebinds)").format(ranks=_ranks(missing)),
         )
     starts = {rank: first_start(records[rank]) for rank in range(size)}
     cell = starts[0]["cell"]
@@ -226,7 +230,7 @@ def _other_trained_sets(rank_records: List[dict], first: dict) -> List[list]:
     names = []
     for record in rank_records:
         if record["kind"] == "weights" and record["moment"] == "start" and record["names"] != first["names"] \
-                and record["source"] in ("optimizer step", "tape gradient") and record["names"] not in names:
+                and record["source"] in ("optimizer step", "tape gradient", "learning rule") and record["names"] not in names:
             names.append(record["names"])
     return names
 
@@ -433,7 +437,7 @@ def check_shard(records: Records, size: int) -> Check:
             NOT_OBSERVED,
             _("no input batch seen on rank(s) {ranks} "
               "(watched: fit's x, Estimator input_fn datasets, datasets iterated eagerly, a session's feeds, "
-              "the arrays a step reads)").format(
+              "the arrays a step reads, the window a learning rule reads)").format(
                 ranks=_ranks(missing)),
         )
     first = inputs[0]

@@ -73,6 +73,7 @@ def begin_cell(cell: int, language: Optional[str] = None) -> None:
     _constants_tried.clear()
     _loop_tracker.begin_cell()
     _tape_tracker.begin_cell()
+    _watch_plain_classes()
     _fits_cut_at.clear()
     if language is not None:
         from .. import i18n
@@ -215,6 +216,7 @@ def reset() -> None:
     _records.clear()
     _loop_tracker.forget()
     _tape_tracker.forget()
+    _rule_tracker.forget()
     _session_proof.forget()
 
 
@@ -1483,6 +1485,169 @@ def _changed(before: list, after: list) -> bool:
 
 
 _tape_tracker = _TapeTracker()
+
+
+LEARNING_RULE = "learning rule"
+RULE_WINDOW = "window a learning rule reads"
+
+
+class _RuleParameter:
+    """One tensor attribute of an object a learning rule updates, seen as the loop tracker sees a
+    variable: a name alike on every rank, and its current value."""
+
+    def __init__(self, owner, attribute: str, name: str):
+        self._owner = weakref.ref(owner)
+        self.attribute, self.name = attribute, name
+
+    def value(self):
+        import tensorflow as tf
+
+        return tf.convert_to_tensor(getattr(self._owner(), self.attribute))
+
+
+class _RuleSet:
+    def __init__(self, owner, attributes: List[str], label: str):
+        self.owner = weakref.ref(owner)
+        self.first = None  # the attribute whose update starts a step: the first one rebound
+        self.parameters = [_RuleParameter(owner, attribute, f"{label}.{attribute}") for attribute in attributes]
+
+
+class _RuleTracker:
+    """Parameters a notebook's own class updates by a rule it writes: ``self.w = self.w + lr * (pos -
+    neg) / rows`` in a loop over windows of the data (an RBM's contrastive divergence), with no variable,
+    tape or optimizer to watch. The plain classes the notebook defines get a ``__setattr__`` that sees
+    an attribute holding a float tensor rebound to another of the same shape: the first such attribute
+    of an object starts each step (its set: every float tensor the object holds). A step is one of the
+    loop tracker's (start, first update, end values, proof mode's cut); at the first one the window the
+    rule reads is the input: the array in the updating function's locals whose rows are rows of a
+    larger one there (``batch = X[start:end]``). Classes are watched from the cell after the one that
+    defines them."""
+
+    def __init__(self):
+        self._sets: Dict[int, _RuleSet] = {}
+
+    def forget(self) -> None:
+        self._sets.clear()
+
+    def on_rebind(self, owner, attribute: str, old, new, frame) -> None:
+        if not (_is_float_tensor(old) and _is_float_tensor(new) and tuple(old.shape) == tuple(new.shape)):
+            return
+        entry = self._sets.get(id(owner))
+        if entry is None or entry.owner() is not owner:
+            attributes = sorted(name for name, value in vars(owner).items() if _is_float_tensor(value))
+            entry = self._sets[id(owner)] = _RuleSet(owner, attributes, _label_of(owner))
+        if entry.first is None:
+            entry.first = attribute
+        if attribute != entry.first or attribute not in [p.attribute for p in entry.parameters]:
+            return
+        if not _inputs_in_cell:
+            _record_rule_window(frame)
+
+        def values_before_this_step():
+            return [np.asarray(old if p.attribute == attribute else getattr(owner, p.attribute)) for p in entry.parameters]
+
+        _loop_tracker.on_step(entry.parameters, values_before_this_step, source=LEARNING_RULE)
+
+
+_rule_tracker = _RuleTracker()
+
+
+def _is_float_tensor(value) -> bool:
+    """A float numpy array or eager tensor of at least one dimension, not a variable."""
+    if isinstance(value, np.ndarray):
+        return value.ndim >= 1 and value.dtype.kind == "f"
+    tf = sys.modules.get("tensorflow")
+    return (tf is not None and isinstance(value, tf.Tensor) and not isinstance(value, tf.Variable)
+            and hasattr(value, "numpy") and value.dtype.is_floating and value.shape.rank not in (None, 0))
+
+
+def _label_of(owner) -> str:
+    """How the notebook reaches ``owner``: ``rbm_list[1]`` (a container's place, alike on every rank)
+    before ``rbm`` (a loop variable moves on), else its class and order of first update."""
+    try:
+        from IPython import get_ipython
+
+        namespace = get_ipython().user_ns
+    except Exception:
+        namespace = {}
+    direct = None
+    for name, value in list(namespace.items()):
+        if name.startswith("_"):
+            continue
+        if value is owner:
+            direct = direct or name
+        elif isinstance(value, (list, tuple)):
+            for index, item in enumerate(value):
+                if item is owner:
+                    return f"{name}[{index}]"
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                if item is owner:
+                    return f"{name}[{key!r}]"
+    return direct or f"{type(owner).__name__}#{len(_rule_tracker._sets)}"
+
+
+def _record_rule_window(frame) -> None:
+    """The window the updating function reads: an array among its locals whose first and last rows
+    are rows of a larger array there with the same row shape."""
+    arrays = {name: value for name, value in frame.f_locals.items() if _is_rows(value)}
+    candidates = sorted(arrays.items(), key=lambda item: item[1].shape[0])
+    for name, window in candidates:
+        rows = np.asarray(window)
+        for other_name, whole in arrays.items():
+            if other_name == name or tuple(whole.shape[1:]) != tuple(rows.shape[1:]) or whole.shape[0] <= rows.shape[0]:
+                continue
+            whole_rows = np.asarray(whole).reshape(whole.shape[0], -1)
+            first, last = rows[0].reshape(-1), rows[-1].reshape(-1)
+            if (whole_rows == first).all(axis=1).any() and (whole_rows == last).all(axis=1).any():
+                record_input(RULE_WINDOW, rows, sample=row_digests(rows))
+                return
+
+
+def _is_rows(value) -> bool:
+    if isinstance(value, np.ndarray):
+        return value.ndim >= 1 and value.shape[0] >= 2 and value.dtype != object
+    tf = sys.modules.get("tensorflow")
+    return (tf is not None and isinstance(value, tf.Tensor) and not isinstance(value, tf.Variable)
+            and hasattr(value, "numpy") and value.shape.rank not in (None, 0) and (value.shape[0] or 0) >= 2)
+
+
+_MISSING = object()
+
+
+def _rule_setattr(self, name, value):
+    old = self.__dict__.get(name, _MISSING) if hasattr(self, "__dict__") else _MISSING
+    object.__setattr__(self, name, value)
+    if old is not _MISSING and not _busy():
+        try:
+            _rule_tracker.on_rebind(self, name, old, value, sys._getframe(1))
+        except Exception:  # a probe never breaks the notebook's code
+            pass
+
+
+def _watch_plain_classes() -> None:
+    """Give the plain classes the notebook defined so far :func:`_rule_setattr` (before a cell runs:
+    a class is complete then, its decorators applied; a frozen dataclass has a ``__setattr__`` of its
+    own and is left alone)."""
+    try:
+        from IPython import get_ipython
+
+        namespace = get_ipython().user_ns
+    except Exception:
+        return
+    for value in list(namespace.values()):
+        if isinstance(value, type) and "__setattr__" not in vars(value) and _defined_in_a_cell(value) and _plain(value):
+            value.__setattr__ = _rule_setattr
+
+
+def _defined_in_a_cell(cls: type) -> bool:
+    return any(_is_a_cell(getattr(getattr(member, "__code__", None), "co_filename", "")) for member in vars(cls).values())
+
+
+def _plain(cls: type) -> bool:
+    """No base but ``object`` and the notebook's own classes, none with a ``__setattr__`` but ours."""
+    return all(base is object or (_defined_in_a_cell(base) and vars(base).get("__setattr__", _rule_setattr) is _rule_setattr)
+               for base in cls.__mro__)
 
 
 def _wrap_tape_gradient(original):

@@ -169,3 +169,44 @@ def test_a_hand_written_update_is_training_and_a_tour_of_the_tape_is_not():
     assert out["tour"] == []
     assert out["by_hand"] == [["start", "tape gradient"], ["step1", "tape gradient"], ["end", "tape gradient"]]
     assert out["optimizer"] == [["start", "optimizer step"], ["step1", "optimizer step"], ["end", "optimizer step"]]
+
+
+def test_a_learning_rule_is_seen_at_its_rebinds_and_other_classes_are_left_alone():
+    """A plain class a cell defined, whose float tensor attributes a loop rebinds from windows of the
+    data (an RBM), trains: its start, first update and end are recorded, and the window is the input.
+    A frozen dataclass, a property and a Keras model keep their own attribute setting."""
+    out = run('''
+        from IPython.core.interactiveshell import InteractiveShell
+        shell = InteractiveShell.instance()
+        cells = [
+            "import dataclasses\\nimport numpy as np\\nimport tensorflow as tf\\n"
+            "@dataclasses.dataclass(frozen=True)\\nclass Point:\\n    x: float\\n"
+            "class Box:\\n    def __init__(self):\\n        self._size = 1\\n"
+            "    @property\\n    def size(self):\\n        return self._size\\n"
+            "    @size.setter\\n    def size(self, value):\\n        self._size = 2 * value\\n"
+            "class RBM:\\n    def __init__(self):\\n        self.w = tf.zeros([4, 2])\\n        self.steps = 0\\n"
+            "    def train(self, X):\\n"
+            "        for start, end in zip(range(0, len(X), 8), range(8, len(X), 8)):\\n"
+            "            batch = X[start:end]\\n"
+            "            self.w = self.w + tf.matmul(tf.transpose(batch), tf.ones([8, 2])) / 8.0\\n"
+            "            self.steps += 1\\n",
+            "X = np.arange(128, dtype='float32').reshape(32, 4) / 128\\nrbm = RBM()\\nrbm.train(X)\\n"
+            "box = Box()\\nbox.size = 5\\n"
+            "try:\\n    Point(1.0).x = 2.0\\n    frozen = False\\nexcept dataclasses.FrozenInstanceError:\\n    frozen = True\\n",
+        ]
+        records = []
+        for index, cell in enumerate(cells):
+            probes.begin_cell(index)
+            result = shell.run_cell(cell)
+            assert result.error_in_exec is None, result.error_in_exec
+            records += probes.end_cell()
+        out["moments"] = [(r["moment"], r["source"], r["names"]) for r in records if r["kind"] == "weights"]
+        out["inputs"] = [(r["source"], len(r["sample"])) for r in records if r["kind"] == "input"]
+        out["steps"] = shell.user_ns["rbm"].steps
+        out["size"] = shell.user_ns["box"].size
+        out["frozen"] = shell.user_ns["frozen"]
+    ''')
+    assert out["moments"] == [["start", "learning rule", ["rbm.w"]], ["step1", "learning rule", ["rbm.w"]],
+                              ["end", "learning rule", ["rbm.w"]]]
+    assert out["inputs"] == [["window a learning rule reads", 8]]
+    assert out["steps"] == 3 and out["size"] == 10 and out["frozen"] is True
