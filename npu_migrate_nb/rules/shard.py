@@ -1795,9 +1795,8 @@ def _whole_arrays_fed(context, site: CallSite, loop: ast.stmt) -> List[ast.Name]
     """The names a training loop's ``session.run`` feeds whole each step (``feed_dict={x: x_train, y:
     y_train}``, a full-batch regression): arrays made before the loop, not a batch the loop takes nor a
     number (a learning rate, a keep probability)."""
-    feed = site.keyword("feed_dict")
-    feed = feed.value if feed is not None else (site.node.args[1] if len(site.node.args) > 1 else None)
-    if not isinstance(feed, ast.Dict) or not _runs_a_training_op(context, site):
+    feed = _training_feed(context, site)
+    if feed is None:
         return []
     in_loop = {node.id for node in ast.walk(loop) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)}
     fed = []
@@ -1815,9 +1814,8 @@ def _batch_helper_calls(context, facts: CellFacts, site: CallSite, loop: ast.stm
     """(call, unpacked) for each call in ``loop`` of a notebook function that returns rows of arrays
     (``return X[idx], y[idx]``) whose result the training ``site`` feeds: ``unpacked`` when it is bound
     to a tuple of names."""
-    feed = site.keyword("feed_dict")
-    feed = feed.value if feed is not None else (site.node.args[1] if len(site.node.args) > 1 else None)
-    if not isinstance(feed, ast.Dict) or not _runs_a_training_op(context, site):
+    feed = _training_feed(context, site)
+    if feed is None:
         return []
     fed = {value.id for value in feed.values if isinstance(value, ast.Name)}
     found, seen = [], set()
@@ -1867,6 +1865,13 @@ def _helper_batch_size(context, call: ast.Call) -> Optional[ast.expr]:
                 return call.args[position]
             return next((k.value for k in call.keywords if k.arg == parameter), None)
     return None
+
+
+def _training_feed(context, site: CallSite) -> Optional[ast.Dict]:
+    """The ``feed_dict`` display of a ``session.run`` that runs a training op, else None."""
+    feed = site.keyword("feed_dict")
+    feed = feed.value if feed is not None else (site.node.args[1] if len(site.node.args) > 1 else None)
+    return feed if isinstance(feed, ast.Dict) and _runs_a_training_op(context, site) else None
 
 
 def _runs_a_training_op(context, site: CallSite) -> bool:

@@ -1589,15 +1589,21 @@ def _label_of(owner) -> str:
 
 def _record_rule_window(frame) -> None:
     """The window the updating function reads: an array among its locals whose first and last rows
-    are rows of a larger array there with the same row shape."""
+    are rows of a larger array there with the same row shape. Each array is read once (a tensor's
+    read copies it: the whole data, for the larger one)."""
     arrays = {name: value for name, value in frame.f_locals.items() if _is_rows(value)}
-    candidates = sorted(arrays.items(), key=lambda item: item[1].shape[0])
-    for name, window in candidates:
-        rows = np.asarray(window)
+    read: Dict[str, np.ndarray] = {}
+
+    def rows_of(name: str) -> np.ndarray:
+        if name not in read:
+            read[name] = np.asarray(arrays[name])
+        return read[name]
+
+    for name, window in sorted(arrays.items(), key=lambda item: item[1].shape[0]):
         for other_name, whole in arrays.items():
-            if other_name == name or tuple(whole.shape[1:]) != tuple(rows.shape[1:]) or whole.shape[0] <= rows.shape[0]:
+            if other_name == name or tuple(whole.shape[1:]) != tuple(window.shape[1:]) or whole.shape[0] <= window.shape[0]:
                 continue
-            whole_rows = np.asarray(whole).reshape(whole.shape[0], -1)
+            rows, whole_rows = rows_of(name), rows_of(other_name).reshape(whole.shape[0], -1)
             first, last = rows[0].reshape(-1), rows[-1].reshape(-1)
             if (whole_rows == first).all(axis=1).any() and (whole_rows == last).all(axis=1).any():
                 record_input(RULE_WINDOW, rows, sample=row_digests(rows))
