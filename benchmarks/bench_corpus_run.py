@@ -10,7 +10,12 @@ For every notebook of ``benchmarks/corpus`` that can run offline on this machine
 
 When a cell fails on the ranks, the cells up to it are rerun on one card (``one_card.py``): a cell
 that fails there too takes the notebook out of the runnable set (not runnable here, not a problem of
-the distributed steps), with the error as the reason. So does a fixed run that ran every cell and has
+the distributed steps), with the error as the reason. Two more ways the notebook as written shows it
+cannot run here: a cell out of the harness's time on the ranks that one card does not get through
+either, in twice that time (sixty epochs as written: no verdict on the distributed steps); and a fixed
+run that gets past the unfixed run's failure and fails on one card at a later cell, where the notebook
+as written, trained as written, fails on one card too (a cell reading "..... REST AS BEFORE"; the
+failure is the notebook's, not the fix's). So does a fixed run that ran every cell and has
 nothing to prove (:attr:`Record.nothing_to_prove`: no step applies, or no trainable variable exists),
 in the run's own words: neither a pass nor a failure.
 
@@ -187,6 +192,11 @@ class Run:
     details: Dict[str, str] = field(default_factory=dict)  # check -> detail
     one_card: Optional[dict] = None  # OneCard.to_json() when a cell failed
     elapsed_s: float = 0.0
+    timed_out: bool = False  # the failed cell ran out of time on the ranks
+    one_card_out_of_time: bool = False  # ... and the one-card rerun did not get through to it either
+    # The notebook as written on one card up to the cell where its fixed run failed on one card, when
+    # that is after the cell where this (unfixed) run failed: OneCard.to_json().
+    one_card_later: Optional[dict] = None
 
     @property
     def checks_pass(self) -> bool:
@@ -203,6 +213,17 @@ class Run:
     @property
     def fails_on_one_card(self) -> bool:
         return bool(self.one_card) and self.one_card["status"] == "fails"
+
+    @property
+    def fails_later_on_one_card(self) -> bool:
+        return bool(self.one_card_later) and self.one_card_later["status"] == "fails"
+
+    @property
+    def too_long_on_one_card(self) -> bool:
+        """A cell ran out of the harness's time on the ranks, and one card did not get through to it
+        within twice that time either: the notebook's own length (sixty epochs as written), which no
+        verdict on the distributed steps can be drawn from."""
+        return self.timed_out and self.one_card_out_of_time
 
 
 def offline_setup(home: str) -> Callable:
@@ -252,6 +273,8 @@ def run_on_ranks(path: str, ranks: int, timeout: float, home: str, proof_steps: 
         details={name: check.detail for name, check in result.checks.items()},
         one_card=one_card.to_json() if one_card is not None else None,
         elapsed_s=round(time.monotonic() - started, 1),
+        timed_out=failed is not None and failed.status == "timeout",
+        one_card_out_of_time=one_card is not None and one_card.out_of_time,
     )
 
 
@@ -326,7 +349,9 @@ class Record:
         there is a failure of the fix: it stays in the set)."""
         if not self.selection.runnable or self.nothing_to_prove:
             return False
-        return not (self.unfixed is not None and self.unfixed.fails_on_one_card)
+        unfixed = self.unfixed
+        return not (unfixed is not None and (unfixed.fails_on_one_card or unfixed.too_long_on_one_card
+                                             or unfixed.fails_later_on_one_card))
 
     @property
     def nothing_to_prove(self) -> str:
@@ -355,6 +380,10 @@ class Record:
             return self.nothing_to_prove
         if self.unfixed is not None and self.unfixed.fails_on_one_card:
             return f"{self.unfixed.one_card['detail']} (cell {self.unfixed.failed_cell})"
+        if self.unfixed is not None and self.unfixed.fails_later_on_one_card:
+            return f"as written, on one card too: {self.unfixed.one_card_later['detail']}"
+        if self.unfixed is not None and self.unfixed.too_long_on_one_card:
+            return f"too long for the harness, on one card too: {self.unfixed.one_card['detail']}"
         return ""
 
     @property
@@ -411,9 +440,33 @@ def measure(path: Path, ranks: int, timeout: float, work_root: str, data_root: s
             if len(modes) > 1:
                 _clean_outputs(folder, keep | {os.path.basename(fixed_path)})
                 record.fixed_full = run_on_ranks(fixed_path, ranks, timeout, home, modes[1])
+            if _fixed_fails_beyond_the_unfixed(record):
+                # The fixed run got further than the unfixed one and fails on one card there: the notebook
+                # as written may fail there too (a cell that never ran: "..... REST AS BEFORE").
+                _clean_outputs(folder, keep | {os.path.basename(fixed_path)})
+                record.unfixed.one_card_later = one_card_as_written(
+                    unfixed_path, record.fixed.failed_cell, home, record.fixed.elapsed_s)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return record
+
+
+def _fixed_fails_beyond_the_unfixed(record: Record) -> bool:
+    unfixed, fixed = record.unfixed, record.fixed
+    if unfixed is None or fixed is None or not fixed.fails_on_one_card or unfixed.fails_on_one_card:
+        return False
+    return unfixed.failed_cell is not None and unfixed.failed_cell < fixed.failed_cell
+
+
+def one_card_as_written(path: str, cell: int, home: str, seconds_on_ranks: float) -> dict:
+    """The notebook at ``path`` as written, trained as written, on one card up to ``cell``: OneCard's JSON."""
+    from npu_migrate_nb.sim.cluster import Cluster
+    from npu_migrate_nb.sim.one_card import bound_for, rerun_on_one_card
+    from npu_migrate_nb.sim.runner import detect_tf1
+
+    notebook = load(path)
+    single = Cluster(n=1, tf1=detect_tf1(notebook), setup=offline_setup(home))
+    return rerun_on_one_card(notebook, cell, single, bound_for(seconds_on_ranks), single=single).to_json()
 
 
 def _failed_after_the_cut(run: Run) -> bool:

@@ -692,28 +692,50 @@ class NotebookFacts:
         function: ``..., saver = build(X, y)`` holds the part of ``build``'s last ``return`` at the
         target's place (``return ..., saver``), followed to the function's own binding of it
         (``saver = tf.train.Saver()``). The assignment's value when that is not known."""
-        value = assignment.value
-        if depth == 0 or not (isinstance(value, ast.Call) and isinstance(value.func, ast.Name)):
-            return value
-        found = self.function(value.func.id)
-        if found is None or not isinstance(found[2], (ast.FunctionDef, ast.AsyncFunctionDef)):
-            return value
-        _index, helper_facts, helper = found
-        returns = [node.value for node in ast.walk(helper) if isinstance(node, ast.Return) and node.value is not None]
+        call = assignment.value
+        returns = self.returned_values(call) if depth > 0 else None
         if not returns:
-            return value
+            return call
         returned = returns[-1]
         if assignment.tuple_target:
             place = _place_in_target(assignment)
             if place is None or not isinstance(returned, ast.Tuple) or place >= len(returned.elts):
-                return value
+                return call
             returned = returned.elts[place]
-        if isinstance(returned, ast.Name):
-            bound = [a for a in helper_facts.assignments.get(returned.id, ()) if a.function == helper.name]
-            if not bound:
-                return value
-            return self.held_value(bound[-1], depth - 1)
-        return returned
+        bound = self.local_binding(call, returned)
+        if bound is not None:
+            return self.held_value(bound, depth - 1)
+        return call if isinstance(returned, ast.Name) else returned
+
+    def returned_values(self, call: ast.expr) -> Optional[List[ast.expr]]:
+        """The value of each ``return`` of the notebook function ``call`` calls, in order (None: not
+        a call of a function the notebook defines)."""
+        helper = self._called_function(call)
+        if helper is None:
+            return None
+        return [node.value for node in ast.walk(helper[1]) if isinstance(node, ast.Return) and node.value is not None]
+
+    def local_binding(self, call: ast.expr, value: ast.expr) -> Optional[Assignment]:
+        """The last binding, inside the function ``call`` calls, of the name ``value`` it returns."""
+        helper = self._called_function(call)
+        if helper is None or not isinstance(value, ast.Name):
+            return None
+        helper_facts, function = helper
+        bound = [a for a in helper_facts.assignments.get(value.id, ()) if a.function == function.name]
+        return bound[-1] if bound else None
+
+    def returned_through_bindings(self, call: ast.expr, value: ast.expr) -> ast.expr:
+        """``value`` returned by the function ``call`` calls, a name it binds read as what it binds."""
+        bound = self.local_binding(call, value)
+        return value if bound is None else bound.value
+
+    def _called_function(self, call: ast.expr) -> Optional[Tuple[CellFacts, ast.AST]]:
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)):
+            return None
+        found = self.function(call.func.id)
+        if found is None or not isinstance(found[2], (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return None
+        return found[1], found[2]
 
     def function(self, name: str) -> Optional[Tuple[int, CellFacts, ast.AST]]:
         found = None

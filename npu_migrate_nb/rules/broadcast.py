@@ -358,6 +358,56 @@ class MissingBroadcast(Rule):
             '    grads = tape.gradient(loss, model.trainable_variables)\n'
             '    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n',
         ),
+        # A GAN (the DCGAN tutorial, Google's courses): one step trains two models; both are broadcast
+        # before the loop (the discriminator's broadcast, at the same place, was dropped as a duplicate).
+        Example(
+            'import tensorflow as tf\n'
+            'def make_generator():\n'
+            '    model = tf.keras.Sequential()\n'
+            '    model.add(tf.keras.layers.Dense(784, input_shape=(100,)))\n'
+            '    return model\n'
+            'def make_discriminator():\n'
+            '    model = tf.keras.Sequential()\n'
+            '    model.add(tf.keras.layers.Dense(1, input_shape=(784,)))\n'
+            '    return model\n'
+            'generator = make_generator()\n'
+            'discriminator = make_discriminator()\n'
+            'for images in dataset:\n'
+            '    noise = tf.random.normal([16, 100])\n'
+            '    with tf.GradientTape() as gen_tape, tf.GradientTape() as disc_tape:\n'
+            '        fake = generator(noise, training=True)\n'
+            '        gen_loss = g_loss(discriminator(fake))\n'
+            '        disc_loss = d_loss(discriminator(images), discriminator(fake))\n'
+            '    g_grads = gen_tape.gradient(gen_loss, generator.trainable_variables)\n'
+            '    d_grads = disc_tape.gradient(disc_loss, discriminator.trainable_variables)\n'
+            '    g_opt.apply_gradients(zip(g_grads, generator.trainable_variables))\n'
+            '    d_opt.apply_gradients(zip(d_grads, discriminator.trainable_variables))\n',
+            'import tensorflow as tf\n'
+            'import npu_device as npu\n'
+            'npu.open().as_default()\n'
+            'def make_generator():\n'
+            '    model = tf.keras.Sequential()\n'
+            '    model.add(tf.keras.layers.Dense(784, input_shape=(100,)))\n'
+            '    return model\n'
+            'def make_discriminator():\n'
+            '    model = tf.keras.Sequential()\n'
+            '    model.add(tf.keras.layers.Dense(1, input_shape=(784,)))\n'
+            '    return model\n'
+            'generator = make_generator()\n'
+            'discriminator = make_discriminator()\n'
+            'npu.distribute.broadcast(generator.trainable_variables)\n'
+            'npu.distribute.broadcast(discriminator.trainable_variables)\n'
+            'for images in dataset:\n'
+            '    noise = tf.random.normal([16, 100])\n'
+            '    with tf.GradientTape() as gen_tape, tf.GradientTape() as disc_tape:\n'
+            '        fake = generator(noise, training=True)\n'
+            '        gen_loss = g_loss(discriminator(fake))\n'
+            '        disc_loss = d_loss(discriminator(images), discriminator(fake))\n'
+            '    g_grads = gen_tape.gradient(gen_loss, generator.trainable_variables)\n'
+            '    d_grads = disc_tape.gradient(disc_loss, discriminator.trainable_variables)\n'
+            '    g_opt.apply_gradients(zip(g_grads, generator.trainable_variables))\n'
+            '    d_opt.apply_gradients(zip(d_grads, discriminator.trainable_variables))\n',
+        ),
         # A scikit-learn baseline beside the Keras network (handson-ml2 chapter 10): its fit trains no
         # Keras model; only the network is broadcast (a callback given to Perceptron.fit failed).
         Example(
@@ -975,7 +1025,10 @@ class MissingBroadcast(Rule):
     def _custom_loop(self, context) -> Iterator[Finding]:
         after_first_steps: Dict[Tuple[int, int], List[tuple]] = {}  # the step's place -> (place, variables)
         before_trainer: Dict[Tuple[int, int], tuple] = {}  # the trainer's first call -> (place, variables)
-        yield from self._custom_loop_findings(context, after_first_steps, before_trainer)
+        at_the_loop: Dict[Tuple[int, int, str], tuple] = {}  # the loop's place -> (anchor, variables)
+        yield from self._custom_loop_findings(context, after_first_steps, before_trainer, at_the_loop)
+        for anchor, variables in at_the_loop.values():
+            yield self._at_the_loop(context, anchor, variables)
         for places in after_first_steps.values():
             yield self._after_first_step(context, places)
         for (i_cell, i_facts, i_stmt), variables in before_trainer.values():
@@ -987,7 +1040,7 @@ class MissingBroadcast(Rule):
                 [insert_before(i_cell, i_facts, i_stmt, code, [NEEDS_NPU_DEVICE])],
             )
 
-    def _custom_loop_findings(self, context, after_first_steps, before_trainer) -> Iterator[Finding]:
+    def _custom_loop_findings(self, context, after_first_steps, before_trainer, at_the_loop) -> Iterator[Finding]:
         done = set()
         for cell, facts, site in context.facts.calls("gradient"):
             variables = site.argument(1, "sources")
@@ -1069,17 +1122,22 @@ class MissingBroadcast(Rule):
                 if in_step is not None:  # its optimizer is given to the step: broadcast there, once it stepped
                     yield in_step
                     continue
-            edit = (insert_after if where == "after" else insert_before)(
-                a_cell, a_facts, a_stmt, code, [NEEDS_NPU_DEVICE]
-            )
-            if where == "after":
-                message = _("variables are not broadcast from rank 0: ranks start from different weights; "
-                            "add {code}").format(code=code)
-            else:
-                message = _("variables are not broadcast from rank 0: ranks start from different weights; add {code} "
-                            "before the training loop (if the model is built lazily, on its first call, build it "
-                            "first with model.build(input_shape), or the broadcast finds no variables)").format(code=code)
-            yield self.finding(a_cell, a_facts, a_stmt, message, [edit])
+            # A GAN's step trains two models: both broadcasts go before its one loop, in one finding.
+            at_the_loop.setdefault((a_cell, id(a_stmt), where), (anchor, []))[1].append(variables_code)
+
+    def _at_the_loop(self, context, anchor: tuple, variables: List[str]) -> Finding:
+        a_cell, a_facts, a_stmt, where = anchor
+        code = "\n".join(f"{context.npu}.distribute.broadcast({each})" for each in variables)
+        edit = (insert_after if where == "after" else insert_before)(a_cell, a_facts, a_stmt, code, [NEEDS_NPU_DEVICE])
+        shown = code.replace("\n", "; ")
+        if where == "after":
+            message = _("variables are not broadcast from rank 0: ranks start from different weights; "
+                        "add {code}").format(code=shown)
+        else:
+            message = _("variables are not broadcast from rank 0: ranks start from different weights; add {code} "
+                        "before the training loop (if the model is built lazily, on its first call, build it "
+                        "first with model.build(input_shape), or the broadcast finds no variables)").format(code=shown)
+        return self.finding(a_cell, a_facts, a_stmt, message, [edit])
 
 
     def _after_the_first_update_in_the_step(self, context, cell, facts, gradient: CallSite, variables: str):
@@ -1854,20 +1912,11 @@ def _is_self_attribute(target: ast.expr) -> bool:
 
 def _helper_returns_built_model(context, call: ast.Call) -> bool:
     """``model = make_model()`` where ``make_model`` returns a model built at construction."""
-    if not isinstance(call.func, ast.Name):
+    returns = context.facts.returned_values(call)
+    if not returns:
         return False
-    found = context.facts.function(call.func.id)
-    if found is None:
-        return False
-    _unused, helper_facts, function = found
-    returns = [node.value for node in ast.walk(function) if isinstance(node, ast.Return) and node.value is not None]
-    for value in returns:
-        if isinstance(value, ast.Name):
-            bound = [a.value for a in helper_facts.assignments.get(value.id, ()) if a.function == function.name]
-            value = bound[-1] if bound else value
-        if not (isinstance(value, ast.Call) and model_is_built_by(context, value)):
-            return False
-    return bool(returns)
+    values = [context.facts.returned_through_bindings(call, value) for value in returns]
+    return all(isinstance(value, ast.Call) and model_is_built_by(context, value) for value in values)
 
 
 def _training_loop(context, cell, facts, site: CallSite):

@@ -1835,22 +1835,10 @@ def _batch_helper_calls(context, facts: CellFacts, site: CallSite, loop: ast.stm
 def _returns_rows(context, call: ast.Call) -> bool:
     """Is ``call`` a call of the notebook's function whose every returned value is rows of an array
     (``X[indices]``), directly or through a name it binds so?"""
-    if not isinstance(call.func, ast.Name):
-        return False
-    found = context.facts.function(call.func.id)
-    if found is None or not isinstance(found[2], ast.FunctionDef):
-        return False
-    _index, helper_facts, helper = found
-    returns = [node.value for node in ast.walk(helper) if isinstance(node, ast.Return) and node.value is not None]
+    returns = context.facts.returned_values(call) or []
     parts = [part for value in returns for part in (value.elts if isinstance(value, ast.Tuple) else [value])]
-
-    def rows(part: ast.expr) -> bool:
-        if isinstance(part, ast.Name):
-            bound = [a.value for a in helper_facts.assignments.get(part.id, ()) if a.function == helper.name]
-            part = bound[-1] if bound else part
-        return isinstance(part, ast.Subscript) and not isinstance(part.slice, ast.Constant)
-
-    return bool(parts) and all(rows(part) for part in parts)
+    values = [context.facts.returned_through_bindings(call, part) for part in parts]
+    return bool(values) and all(isinstance(v, ast.Subscript) and not isinstance(v.slice, ast.Constant) for v in values)
 
 
 def _helper_batch_size(context, call: ast.Call) -> Optional[ast.expr]:

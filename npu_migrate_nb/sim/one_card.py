@@ -38,6 +38,7 @@ class OneCard:
     status: str  # FAILS | RUNS | UNKNOWN
     detail: str  # one line for a person
     after_cut: bool = False  # failed after proof mode cut a training short: --full may run it
+    out_of_time: bool = False  # UNKNOWN because one card did not get through the cells within the bound
 
     def to_json(self) -> dict:
         return {"cell": self.cell, "status": self.status, "detail": self.detail, "after_cut": self.after_cut}
@@ -125,7 +126,7 @@ def _fails_text(cell: int, failed_at: int, outcome) -> str:
 
 def _out_of_time(cell: int, bound: float) -> OneCard:
     return OneCard(cell, UNKNOWN, _("not known: the one-card rerun up to cell {cell} did not finish within {seconds} s")
-                   .format(cell=cell, seconds=f"{bound:.0f}"))
+                   .format(cell=cell, seconds=f"{bound:.0f}"), out_of_time=True)
 
 
 class OneCardRerun:

@@ -1,0 +1,64 @@
+"""How the field benchmark counts a notebook: what makes it runnable, caught, a pass."""
+
+import sys
+from pathlib import Path
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+
+from bench_corpus_run import Record, Run, Selection, _fixed_fails_beyond_the_unfixed  # noqa: E402
+from npu_migrate_nb.sim.one_card import FAILS, RUNS, UNKNOWN, OneCard, _out_of_time  # noqa: E402
+
+_CHECKS_PASS = {"broadcast": "pass", "allreduce": "pass", "shard": "pass"}
+
+
+def _timed_out_at(cell: int, one_card: OneCard) -> Run:
+    return Run(False, failed_cell=cell, error=f"cell {cell} timed out after 300 s", timed_out=True,
+               one_card=one_card.to_json(), one_card_out_of_time=one_card.out_of_time)
+
+
+def _record(unfixed: Run, fixed: Run) -> Record:
+    return Record("family/notebook.ipynb", Selection("family/notebook.ipynb", True), unfixed=unfixed, fixed=fixed)
+
+
+def test_a_cell_too_long_for_one_card_too_leaves_the_notebook_out():
+    too_long = _timed_out_at(19, _out_of_time(19, 600.0))
+    record = _record(too_long, too_long)
+    assert not record.runnable
+    assert "too long for the harness" in record.left_out_reason
+
+
+def test_a_timeout_one_card_gets_through_is_caught_and_counts():
+    """The ranks hang (a collective one rank skipped) while one card runs: a failure of the distribution."""
+    hangs = _timed_out_at(7, OneCard(7, RUNS, "runs on one card"))
+    record = _record(hangs, Run(True, checks=_CHECKS_PASS))
+    assert record.runnable and record.caught and record.fixed.passed
+
+
+def test_an_unknown_one_card_verdict_that_is_not_a_timeout_keeps_the_notebook():
+    """A one-card rerun that could not start says nothing of the notebook's length."""
+    error = Run(False, failed_cell=3, error="ValueError: x", one_card=OneCard(3, UNKNOWN, "could not start").to_json())
+    record = _record(error, Run(False, failed_cell=3, error="ValueError: x"))
+    assert record.runnable and not record.fixed.passed
+
+
+def test_a_later_cell_that_fails_as_written_on_one_card_leaves_the_notebook_out():
+    """The unfixed run stops at cell 10 (ranks writing one file); the fixed run gets to cell 11, which
+    is not Python. As written, one card fails at cell 11 too: the notebook's failure, not the fix's."""
+    unfixed = Run(False, failed_cell=10, error="AlreadyExistsError", one_card=OneCard(10, RUNS, "runs").to_json())
+    fixed = Run(False, failed_cell=11, error="SyntaxError: invalid syntax",
+                one_card=OneCard(11, FAILS, "fails on one card too").to_json())
+    record = _record(unfixed, fixed)
+    assert record.runnable and _fixed_fails_beyond_the_unfixed(record)
+    unfixed.one_card_later = OneCard(11, FAILS, "fails on one card too (cell 11: SyntaxError)").to_json()
+    assert not record.runnable
+    assert "as written, on one card too" in record.left_out_reason
+
+
+def test_a_later_cell_one_card_runs_as_written_is_a_failure_of_the_fix():
+    unfixed = Run(False, failed_cell=10, error="AlreadyExistsError", one_card=OneCard(10, RUNS, "runs").to_json())
+    fixed = Run(False, failed_cell=11, error="NameError: name 'rank_size' is not defined",
+                one_card=OneCard(11, FAILS, "fails on one card too").to_json())
+    unfixed.one_card_later = OneCard(11, RUNS, "runs on one card").to_json()
+    record = _record(unfixed, fixed)
+    assert record.runnable and record.caught and not record.fixed.passed
