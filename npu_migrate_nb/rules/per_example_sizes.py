@@ -16,7 +16,7 @@ from typing import Iterator, List, Optional, Sequence, Set, Tuple
 
 from ..facts import CellFacts, chain_root_name, dotted_name
 from ..findings import Edit
-from ..names import function_locals
+from ..names import function_locals, positional_parameters
 from .base import replace
 
 _DEPTH = 3  # calls followed from the step's loop (run_optimization -> discriminator_loss)
@@ -32,13 +32,29 @@ Step = Tuple[int, CellFacts, ast.AST]  # a cell, its facts and the loop (or func
 
 
 def loops_over(context, names: Set[str]) -> List[Step]:
-    """The ``for`` loops of the notebook's cells (at any depth) that iterate one of these datasets."""
+    """The ``for`` loops of the notebook's cells (at any depth) that iterate one of these datasets, by
+    its name or as a parameter of the notebook's function that a call gives it (``train(dataset,
+    epochs)`` iterating ``for image_batch in dataset``: the DCGAN tutorial)."""
     found = []
     for cell, facts in context.facts.cells:
         for node in facts.nodes(ast.For):
             if _iterated_name(node.iter) in names:
                 found.append((cell, facts, node))
+        for function in facts.functions.values():
+            found += [(cell, facts, loop) for loop in _loops_over_parameters(context, function, names)]
     return found
+
+
+def _loops_over_parameters(context, function: ast.AST, names: Set[str]) -> Iterator[ast.For]:
+    if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return
+    parameters = set(positional_parameters(function))
+    for loop in (node for node in _walk_body(function) if isinstance(node, ast.For)):
+        parameter = _iterated_name(loop.iter)
+        if parameter in parameters and any(
+                isinstance(given, ast.Name) and given.id in names
+                for _cell, _facts, _call, given in context.facts.given_to_parameter(function, function.name, parameter)):
+            yield loop
 
 
 def per_rank_sizes(context, size: Optional[ast.expr], per_rank: str, steps: Sequence[Step],

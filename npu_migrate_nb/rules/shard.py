@@ -959,6 +959,48 @@ class MissingShard(Rule):
             '    batch_size=128, shuffle=False)\n'
             'model.evaluate(input_fn)\n',
         ),
+        # The same, the loop in a function the dataset is given to (TensorFlow's DCGAN tutorial: ``train(dataset,
+        # epochs)`` iterates its parameter): the noise in the step it calls follows the split too.
+        Example(
+            'import tensorflow as tf\n'
+            'BATCH_SIZE = 256\n'
+            'train_dataset = tf.data.Dataset.from_tensor_slices(train_images).shuffle(60000).batch(BATCH_SIZE)\n'
+            '# %%\n'
+            '@tf.function\n'
+            'def train_step(images):\n'
+            '    noise = tf.random.normal([BATCH_SIZE, 100])\n'
+            '    with tf.GradientTape() as tape:\n'
+            '        loss = d_loss(discriminator(images), discriminator(generator(noise)))\n'
+            '    grads = tape.gradient(loss, discriminator.trainable_variables)\n'
+            '    optimizer.apply_gradients(zip(grads, discriminator.trainable_variables))\n'
+            'def train(dataset, epochs):\n'
+            '    for epoch in range(epochs):\n'
+            '        for image_batch in dataset:\n'
+            '            train_step(image_batch)\n'
+            '# %%\n'
+            'train(train_dataset, 50)\n',
+            'import tensorflow as tf\n'
+            'import npu_device as npu\n'
+            'npu.open().as_default()\n'
+            'BATCH_SIZE = 256\n'
+            'train_dataset = tf.data.Dataset.from_tensor_slices(train_images)\n'
+            'train_dataset, rank_batch_size = npu.distribute.shard_and_rebatch_dataset(train_dataset, BATCH_SIZE)\n'
+            'train_dataset = train_dataset.shuffle(60000).batch(rank_batch_size)\n'
+            '# %%\n'
+            '@tf.function\n'
+            'def train_step(images):\n'
+            '    noise = tf.random.normal([rank_batch_size, 100])\n'
+            '    with tf.GradientTape() as tape:\n'
+            '        loss = d_loss(discriminator(images), discriminator(generator(noise)))\n'
+            '    grads = tape.gradient(loss, discriminator.trainable_variables)\n'
+            '    optimizer.apply_gradients(zip(grads, discriminator.trainable_variables))\n'
+            'def train(dataset, epochs):\n'
+            '    for epoch in range(epochs):\n'
+            '        for image_batch in dataset:\n'
+            '            train_step(image_batch)\n'
+            '# %%\n'
+            'train(train_dataset, 50)\n',
+        ),
         # A GAN's noise and labels sized with the global batch in the step (TensorFlow-Examples' DCGAN): the per-rank batch, as the split rows; a sample drawn after the loop keeps its size.
         Example(
             'import numpy as np\n'
