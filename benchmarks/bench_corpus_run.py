@@ -27,7 +27,9 @@ public tables they read by URL (``offline_data.TABLES``) in the tables' own layo
 which is removed afterwards.
 
 Runs are in proof mode, as ``run`` makes them by default (each training call stops once the checks
-are decided); ``--full`` trains as written, and ``--compare-modes`` runs every notebook both ways and
+are decided); a notebook with a cell that needs the whole training (it fails on one card after proof
+mode's cut) is run again as written, each cell given the ranks' count times ``--timeout`` (the ranks
+share the machine's cores); ``--full`` trains as written, and ``--compare-modes`` runs every notebook both ways and
 prints the runs whose verdicts differ (goal: none) and the time of each mode. ``--corpus`` takes
 another folder of families (``benchmarks/field/notebooks``, the field corpus); every figure is also
 given by family.
@@ -414,6 +416,12 @@ def measure(path: Path, ranks: int, timeout: float, work_root: str, data_root: s
     record.offline = offline_data.sizes_for(source)
     home = offline_data.home_for(data_root, record.offline)
     folder = tempfile.mkdtemp(prefix="nb-", dir=work_root)
+
+    def cell_timeout() -> float:
+        # Trained as written, a cell takes its whole training, and the ranks share this machine's cores:
+        # each gets a rank's share of them, so a cell gets the ranks' count times the proof's limit.
+        return timeout * ranks if record.as_written else timeout
+
     try:
         offline_data.write_notebook_files(folder, source)
         unfixed_path = os.path.join(folder, path.name)
@@ -424,19 +432,19 @@ def measure(path: Path, ranks: int, timeout: float, work_root: str, data_root: s
             _clean_outputs(folder, keep)
             if modes == (DEFAULT_PROOF_STEPS,) and _failed_after_the_cut(record.unfixed):
                 record.as_written, modes = True, (None,)
-                record.unfixed = run_on_ranks(unfixed_path, ranks, timeout, home, None)
+                record.unfixed = run_on_ranks(unfixed_path, ranks, cell_timeout(), home, None)
                 _clean_outputs(folder, keep)
             if len(modes) > 1:
                 record.unfixed_full = run_on_ranks(unfixed_path, ranks, timeout, home, modes[1])
                 _clean_outputs(folder, keep)
         fixed_path, record.static_after, record.fix_error = _fix(unfixed_path)
         if fixed_path is not None:
-            record.fixed = run_on_ranks(fixed_path, ranks, timeout, home, modes[0])
+            record.fixed = run_on_ranks(fixed_path, ranks, cell_timeout(), home, modes[0])
             if fixed_only and modes == (DEFAULT_PROOF_STEPS,) and _failed_after_the_cut(record.fixed):
                 # No unfixed run to learn it from: the fixed one tells that a cell needs the whole training.
                 _clean_outputs(folder, keep | {os.path.basename(fixed_path)})
                 record.as_written, modes = True, (None,)
-                record.fixed = run_on_ranks(fixed_path, ranks, timeout, home, None)
+                record.fixed = run_on_ranks(fixed_path, ranks, cell_timeout(), home, None)
             if len(modes) > 1:
                 _clean_outputs(folder, keep | {os.path.basename(fixed_path)})
                 record.fixed_full = run_on_ranks(fixed_path, ranks, timeout, home, modes[1])
