@@ -106,6 +106,7 @@ Records = Dict[int, List[dict]]  # rank -> the records its probes made, in order
 
 def evaluate(records: Records, size: int) -> Dict[str, Check]:
     judged = {}
+    records = in_rank_0s_start_order(records)
     for step, check in (("broadcast", check_broadcast), ("allreduce", check_allreduce), ("shard", check_shard)):
         try:
             judged[step] = check(records, size)
@@ -130,6 +131,29 @@ def not_applicable_where_the_analysis_says(checks: Dict[str, Check], analysis) -
 
 
 # ------------------------------------------------------------------------------- selections
+
+
+def in_rank_0s_start_order(records: Records, reference: Optional[List[dict]] = None) -> Records:
+    """The records, each rank's first start of training being of the variables rank 0 (or
+    ``reference``) started first, when that rank started them in the same cell too. Two models updated
+    in one step (a GAN's two ``apply_gradients`` in one ``tf.function``) start in an order the graph does
+    not fix, so that each rank may see the other first: the checks would compare different models."""
+    reference = records.get(0, []) if reference is None else reference
+    wanted = first_start(reference)
+    if wanted is None:
+        return records
+    ordered = {}
+    for rank, rank_records in records.items():
+        first = first_start(rank_records)
+        same = _start_of(rank_records, wanted["names"])
+        if first is None or same is None or same is first or same["cell"] != first["cell"]:
+            ordered[rank] = rank_records
+            continue
+        swapped = list(rank_records)
+        i, j = swapped.index(first), swapped.index(same)
+        swapped[i], swapped[j] = {**same, "seq": first["seq"]}, {**first, "seq": same["seq"]}
+        ordered[rank] = swapped
+    return ordered
 
 
 def first_start(rank_records: List[dict]) -> Optional[dict]:
@@ -559,6 +583,8 @@ def check_single_card(records: Records, size: int, single: Optional[List[dict]])
         return Check(name, NOT_OBSERVED, _("one rank: nothing to compare"))
     if single is None:
         return Check(name, NOT_OBSERVED, _("the single-card run did not complete"))
+    single = in_rank_0s_start_order({0: single}, records.get(0, []))[0]
+    records = in_rank_0s_start_order(records)
     missing = _missing(records, size, first_start)
     if missing or first_start(single) is None:
         where = _("rank(s) {ranks}").format(ranks=_ranks(missing)) if missing else _("the single-card run")

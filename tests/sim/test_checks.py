@@ -259,3 +259,29 @@ def test_a_model_rebuilt_with_the_same_names_and_other_shapes_is_another_trainin
                       weights("start", [[1.0] * 9], 3, "optimizer step"),
                       weights("end", [[0.5] * 9], 4, "optimizer step")] for rank in range(2)}
     assert checks.check_allreduce(records, 2).status == "pass"
+
+
+def named(record, names, shapes_of=None):
+    return {**record, "names": names}
+
+
+def test_two_models_started_in_one_step_are_compared_model_by_model_whatever_order_each_rank_saw():
+    """A GAN's step updates the generator and the discriminator in one tf.function: the graph does not
+    order the two apply_gradients, so rank 1 may see the discriminator start first. Each is compared
+    with itself: a broadcast of both passes, and the updates, alike, pass."""
+    def gan_rank(data, first, second):
+        generator = [named(weights("start", [1.0, 2.0], 0, "optimizer step", 27), ["g:0"]),
+                     named(weights("end", [0.5, 1.5], 0, "optimizer step", 27), ["g:0"])]
+        discriminator = [named(weights("start", [3.0], 0, "optimizer step", 27), ["d:0"]),
+                         named(weights("end", [2.0], 0, "optimizer step", 27), ["d:0"])]
+        models = {"g": generator, "d": discriminator}
+        ordered = [data, models[first][0], models[second][0], models[first][1], models[second][1]]
+        return [{**record, "seq": seq} for seq, record in enumerate(ordered)]
+
+    records = {0: gan_rank(batch("a"), "g", "d"), 1: gan_rank(batch("b"), "d", "g")}
+    result = checks.evaluate(records, 2)
+    assert {name: c.status for name, c in result.items()} == {"broadcast": "pass", "allreduce": "pass", "shard": "pass"}
+    assert "2 trainable variables" in result["broadcast"].detail  # the generator's, on both ranks
+    # ... and a discriminator rank 1 did not get from rank 0 still fails, in either order
+    records[1][1] = {**records[1][1], "fingerprint": "other"}
+    assert checks.evaluate(records, 2)["broadcast"].status == "fail"
