@@ -1032,7 +1032,7 @@ class MissingBroadcast(Rule):
         for places in after_first_steps.values():
             yield self._after_first_step(context, places)
         for (i_cell, i_facts, i_stmt), variables in before_trainer.values():
-            code = "\n".join(f"{context.npu}.distribute.broadcast({each})" for each in variables)
+            code = _broadcasts(context, variables)
             yield self.finding(
                 i_cell, i_facts, i_stmt,
                 _("variables are not broadcast from rank 0: ranks start from different weights; add {code} "
@@ -1127,7 +1127,7 @@ class MissingBroadcast(Rule):
 
     def _at_the_loop(self, context, anchor: tuple, variables: List[str]) -> Finding:
         a_cell, a_facts, a_stmt, where = anchor
-        code = "\n".join(f"{context.npu}.distribute.broadcast({each})" for each in variables)
+        code = _broadcasts(context, variables)
         edit = (insert_after if where == "after" else insert_before)(a_cell, a_facts, a_stmt, code, [NEEDS_NPU_DEVICE])
         shown = code.replace("\n", "; ")
         if where == "after":
@@ -1186,6 +1186,11 @@ class MissingBroadcast(Rule):
                   "once {agent} is initialized").format(code=code, agent=agent.name),
                 [insert_after(cell, facts, stmt, code, [needs])],
             )
+
+
+def _broadcasts(context, variables: List[str]) -> str:
+    """One broadcast a line, for each model's variables (code)."""
+    return "\n".join(f"{context.npu}.distribute.broadcast({each})" for each in variables)
 
 
 def _agent_ready(context, agent):

@@ -150,7 +150,7 @@ def in_rank_0s_start_order(records: Records, reference: Optional[List[dict]] = N
             ordered[rank] = rank_records
             continue
         swapped = list(rank_records)
-        i, j = swapped.index(first), swapped.index(same)
+        i, j = (next(k for k, record in enumerate(swapped) if record is wanted_one) for wanted_one in (first, same))
         swapped[i], swapped[j] = {**same, "seq": first["seq"]}, {**first, "seq": same["seq"]}
         ordered[rank] = swapped
     return ordered
