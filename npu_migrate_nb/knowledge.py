@@ -194,10 +194,6 @@ TF2_BEHAVIOUR_OFF = frozenset(
     {"tensorflow.disable_v2_behavior", "tensorflow.disable_eager_execution", "npu_device.compat.enable_v1"}
 )
 TF2_BEHAVIOUR_ON = frozenset({"tensorflow.enable_eager_execution", "tensorflow.enable_v2_behavior"})
-# Calls through ``import tensorflow`` that TensorFlow 1.15 does not have (its names are
-# ``tf.random.set_random_seed`` and ``tf.config.experimental.list_physical_devices``): TF2 code.
-TF2_ONLY_CALLS = frozenset({"tensorflow.random.set_seed", "tensorflow.config.list_physical_devices",
-                            "tensorflow.config.list_logical_devices"})
 # Names of TensorFlow 1's ``tensorflow`` module that TensorFlow 2's has only as ``tf.compat.v1.X``, as
 # written through ``import tensorflow`` (not canonical names: ``tensorflow.compat.v1.Session`` is fine).
 TF1_ONLY_CALLS = frozenset(
