@@ -152,6 +152,20 @@ ADAPTER_IMPORTED_AFTER_TENSORFLOW = Notebook("<example>", [
     Cell(1, "code", "import tensorflow as tf\nimport npu_device as npu\nclass Net(tf.keras.Model):\n    pass\n"
                     "model = Net()\nmodel.build((None, 4))\nnpu.distribute.broadcast(model.trainable_variables)\n")])
 
+# A dataset named ``train`` passed to a call in an earlier cell is not the later ``def train(dataset,
+# epochs)`` running the step: the broadcast goes after that function's first step, not in the earlier
+# cell, where the model does not exist yet (found by hypothesis: ae_model undefined where the fix goes).
+A_NAME_USED_BEFORE_ITS_FUNCTION_IS_DEFINED = Notebook("<example>", [
+    Cell(0, "code", "import tensorflow as tf\ntrain = tf.data.Dataset.from_tensor_slices((x, y))\n"
+                    "train = train.shuffle(100).batch(32)\nshow(train)\n"),
+    Cell(1, "code", "ae_model = tf.keras.Sequential([tf.keras.layers.Dense(8), tf.keras.layers.Dense(4)])\n"
+                    "optimizer = tf.keras.optimizers.Adam(1e-3)\n@tf.function\ndef train_step(batch):\n"
+                    "    with tf.GradientTape() as tape:\n        loss = tf.reduce_mean(tf.square(ae_model(batch) - batch))\n"
+                    "    grads = tape.gradient(loss, ae_model.trainable_variables)\n"
+                    "    optimizer.apply_gradients(zip(grads, ae_model.trainable_variables))\n"
+                    "def train(dataset, epochs):\n    for epoch in range(epochs):\n        for batch in dataset:\n"
+                    "            train_step(batch)\ntrain(train_dataset, 10)\n")])
+
 INDENTED_MAGICS_IN_AN_EDITED_CELL = Notebook("<example>", [Cell(0, "code", (
     "import tensorflow as tf\n"
     "def train_input_fn():\n"
@@ -201,6 +215,7 @@ IMPORT_IN_THE_MIDDLE_OF_A_GUARDED_FIRST_CELL = Notebook("<example>", [
 @example(FIRST_IMPORT_IN_A_LATER_GUARDED_CELL)
 @example(MODEL_NEVER_MADE_AND_A_LATER_STAR_IMPORT)
 @example(MODEL_MADE_IN_A_LATER_CELL)
+@example(A_NAME_USED_BEFORE_ITS_FUNCTION_IS_DEFINED)
 def test_fix_keeps_lines_and_magics_and_parses(notebook):
     analysis = analyze(notebook)
     edits = plan(analysis)

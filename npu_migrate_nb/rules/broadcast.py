@@ -1942,11 +1942,13 @@ def _top_level_call(context, cell, facts, site: CallSite, one_step: bool = False
     (``train(dataset, epochs)`` calling its ``tf.function`` step each batch), eagerly."""
     if site.function is None:
         return cell, facts, site
-    seen, frontier = {site.function}, [site.function]
+    # Each function with the cell defining it: a name used before that cell is something else
+    # (a dataset called ``train`` before ``def train(dataset, epochs)``).
+    seen, frontier = {site.function}, [(site.function, cell)]
     for _unused in range(4):
         callers = []
-        for function in frontier:
-            for c_cell, c_facts, caller in _uses_of_function(context, function, cell if function == site.function else None):
+        for function, defined_in in frontier:
+            for c_cell, c_facts, caller in _uses_of_function(context, function, defined_in):
                 if caller.function is None:
                     return c_cell, c_facts, caller
                 holder = c_facts.functions.get(caller.function)
@@ -1955,7 +1957,7 @@ def _top_level_call(context, cell, facts, site: CallSite, one_step: bool = False
                     return c_cell, c_facts, caller
                 if caller.function not in seen:
                     seen.add(caller.function)
-                    callers.append(caller.function)
+                    callers.append((caller.function, c_cell))
         frontier = callers
     return None
 
