@@ -286,9 +286,10 @@ def _steps(facts: NotebookFacts, context: Context) -> Dict[str, str]:
         "shard": has_rank_shard(facts),
     }
     if present["allreduce"]:
-        from .rules.allreduce import some_compile_unwrapped, symbolic_gradients_applied
+        from .rules.allreduce import some_canned_estimator_unwrapped, some_compile_unwrapped, symbolic_gradients_applied
 
-        present["allreduce"] = not some_compile_unwrapped(context) and not symbolic_gradients_applied(context)
+        present["allreduce"] = not some_compile_unwrapped(context) and not symbolic_gradients_applied(context) \
+            and not some_canned_estimator_unwrapped(context)
     return {step: "present" if present[step] else "missing" for step in STEPS}
 
 

@@ -23,7 +23,13 @@ TF1_OPTIMIZERS = frozenset(
 KERAS_OPTIMIZER_CLASSES = (
     "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta", "Adamax", "Nadam", "Ftrl", "Lion", "Adafactor",
 )
-KERAS_OPTIMIZERS = frozenset("tensorflow.keras.optimizers." + name for name in KERAS_OPTIMIZER_CLASSES)
+# Keras' OptimizerV2 classes, kept as ``tf.keras.optimizers.legacy`` since TensorFlow 2.11 (what TF2's
+# canned Estimators accept; ``tf.compat.v1.keras.optimizers`` names them in both lines).
+KERAS_LEGACY_OPTIMIZER_CLASSES = ("SGD", "Adam", "RMSprop", "Adagrad", "Adadelta", "Adamax", "Nadam", "Ftrl")
+KERAS_OPTIMIZERS = frozenset(
+    {"tensorflow.keras.optimizers." + name for name in KERAS_OPTIMIZER_CLASSES}
+    | {"tensorflow.keras.optimizers.legacy." + name for name in KERAS_LEGACY_OPTIMIZER_CLASSES}
+)
 # Keras accepts these strings for ``compile(optimizer=...)``.
 KERAS_OPTIMIZER_STRINGS = {name.lower(): name for name in KERAS_OPTIMIZER_CLASSES}
 
@@ -194,6 +200,10 @@ TF2_BEHAVIOUR_OFF = frozenset(
     {"tensorflow.disable_v2_behavior", "tensorflow.disable_eager_execution", "npu_device.compat.enable_v1"}
 )
 TF2_BEHAVIOUR_ON = frozenset({"tensorflow.enable_eager_execution", "tensorflow.enable_v2_behavior"})
+# Calls through ``import tensorflow`` that TensorFlow 1.15 does not have (its names are
+# ``tf.random.set_random_seed`` and ``tf.config.experimental.list_physical_devices``): TF2 code.
+TF2_ONLY_CALLS = frozenset({"tensorflow.random.set_seed", "tensorflow.config.list_physical_devices",
+                            "tensorflow.config.list_logical_devices"})
 # Names of TensorFlow 1's ``tensorflow`` module that TensorFlow 2's has only as ``tf.compat.v1.X``, as
 # written through ``import tensorflow`` (not canonical names: ``tensorflow.compat.v1.Session`` is fine).
 TF1_ONLY_CALLS = frozenset(
@@ -303,6 +313,12 @@ CANNED_OPTIMIZER_STRINGS = {
     "RMSProp": "RMSPropOptimizer",
     "SGD": "GradientDescentOptimizer",
 }
+# TF2's canned Estimators build a Keras optimizer from a string, with the learning rate of the table
+# above, except the DNN ones, which give a string its class's own default (Adagrad: 0.001).
+CANNED_V2_OPTIMIZER_CLASSES = {"Adagrad": "Adagrad", "Adam": "Adam", "Ftrl": "Ftrl", "RMSProp": "RMSprop", "SGD": "SGD"}
+CANNED_V2_CLASS_DEFAULT_RATE = frozenset(
+    {"tensorflow.estimator.DNNClassifier", "tensorflow.estimator.DNNRegressor", "tensorflow.estimator.DNNEstimator"}
+)
 BOOSTED_TREES_ESTIMATORS = frozenset(
     {"tensorflow.estimator.BoostedTreesClassifier", "tensorflow.estimator.BoostedTreesRegressor"}
 )

@@ -309,7 +309,7 @@ class _EditApplier(cst.CSTTransformer):
             return new
         if edit.kind == "add_argument" and isinstance(node, cst.Call):
             argument = cst.parse_expression(f"f({edit.code})").args[0]
-            return node.with_changes(args=_appended(list(node.args), argument))
+            return node.with_changes(args=_appended(list(node.args), argument, node.whitespace_before_args))
         if edit.kind == "append_element" and isinstance(node, (cst.List, cst.Tuple)):
             element = cst.Element(cst.parse_expression(edit.code))
             return node.with_changes(elements=_appended(list(node.elements), element))
@@ -445,14 +445,37 @@ def _keys_as_ast_counts(node: cst.BaseExpression, key) -> List[tuple]:
     return [key]
 
 
-def _appended(items: list, new_item):
+def _appended(items: list, new_item, opening=None):
+    """``items`` and ``new_item`` after them. A call written one argument per line gets the new one on
+    a line of its own, indented as the others, and its closing parenthesis stays where it was.
+    ``opening``: the whitespace after the opening parenthesis (the line break before a first argument)."""
     if not items:
         return [new_item]
     last = items[-1]
+    line_break = _line_break_between(items, opening)
     if last.comma is cst.MaybeSentinel.DEFAULT:
+        closing = getattr(last, "whitespace_after_arg", None)
+        if isinstance(closing, cst.ParenthesizedWhitespace) and line_break is not None:
+            items[-1] = last.with_changes(comma=cst.Comma(whitespace_after=line_break),
+                                          whitespace_after_arg=cst.SimpleWhitespace(""))
+            return items + [new_item.with_changes(whitespace_after_arg=closing)]
         items[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
         return items + [new_item]
+    if isinstance(last.comma.whitespace_after, cst.ParenthesizedWhitespace) and line_break is not None:
+        items[-1] = last.with_changes(comma=last.comma.with_changes(whitespace_after=line_break))
+    elif not isinstance(last.comma.whitespace_after, cst.ParenthesizedWhitespace):
+        items[-1] = last.with_changes(comma=last.comma.with_changes(whitespace_after=cst.SimpleWhitespace(" ")))
     return items + [new_item.with_changes(comma=last.comma)]
+
+
+def _line_break_between(items: list, opening) -> Optional[cst.ParenthesizedWhitespace]:
+    """The line break (with the next line's indent) that separates the items, when they are written
+    one per line: after a comma between two of them, else after the opening parenthesis."""
+    for item in items[:-1]:
+        after = getattr(item.comma, "whitespace_after", None)
+        if isinstance(after, cst.ParenthesizedWhitespace):
+            return after
+    return opening if isinstance(opening, cst.ParenthesizedWhitespace) else None
 
 
 def _unwrapped(stmt: cst.With) -> List[cst.CSTNode]:

@@ -162,9 +162,12 @@ def _tf1_calls_of_a_v1_only_notebook(facts: NotebookFacts):
 
 
 def _tf2_only_code(facts: NotebookFacts):
-    """Calls TensorFlow 1.15 cannot run: ``.numpy()`` (eager), and TF2's ``tf.saved_model.load(path)``
-    (TF1's takes a session, the tags and the path)."""
+    """Calls TensorFlow 1.15 cannot run: ``.numpy()`` (eager), TF2's ``tf.saved_model.load(path)``
+    (TF1's takes a session, the tags and the path), and names it does not have (``tf.random.set_seed``)."""
     yield from facts.calls("numpy")
+    for cell, cell_facts, site in facts.calls(*(name.rsplit(".", 1)[-1] for name in K.TF2_ONLY_CALLS)):
+        if _written(facts, site) in K.TF2_ONLY_CALLS:
+            yield cell, cell_facts, site
     for cell, cell_facts, site in facts.calls("load"):
         if _written(facts, site) == "tensorflow.saved_model.load" and len(site.node.args) == 1:
             yield cell, cell_facts, site

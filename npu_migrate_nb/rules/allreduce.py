@@ -578,6 +578,43 @@ class MissingAllreduce(Rule):
             "model = tf.estimator.LinearClassifier(columns, optimizer=make_optimizer)\n"
             "model.train(input_fn=train_input_fn, steps=50)\n",
         ),
+        # TF2's canned Estimator builds a Keras optimizer from its string in each training graph: a callable
+        # making the same one (the DNN's string takes its class's default rate), wrapped. The compile beside
+        # it is wrapped already, which does not aggregate the Estimator's gradients.
+        Example(
+            "import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\n# %%\n"
+            "model.compile(optimizer=npu.distribute.npu_distributed_keras_optimizer_wrapper(tf.keras.optimizers.Adam()), "
+            "loss='mse')\nmodel.fit(dataset, epochs=2)\n# %%\n"
+            "classifier = tf.estimator.DNNClassifier(hidden_units=[16], feature_columns=columns)\n"
+            "classifier.train(input_fn=train_input_fn, steps=50)\n",
+            "import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\n# %%\n"
+            "model.compile(optimizer=npu.distribute.npu_distributed_keras_optimizer_wrapper(tf.keras.optimizers.Adam()), "
+            "loss='mse')\nmodel.fit(dataset, epochs=2)\n# %%\n"
+            "classifier = tf.estimator.DNNClassifier(hidden_units=[16], feature_columns=columns, optimizer=lambda: "
+            "npu.distribute.npu_distributed_keras_optimizer_wrapper(tf.compat.v1.keras.optimizers.Adagrad()))\n"
+            "classifier.train(input_fn=train_input_fn, steps=50)\n",
+            adapter="npu_device",
+        ),
+        # A TF2 canned Estimator's optimizer from a function of the notebook (TensorFlow's canned-Estimator
+        # migration guide): every Keras optimizer it may return is wrapped where it is made.
+        Example(
+            "import tensorflow as tf\ntf.random.set_seed(1)\n# %%\n"
+            "def make_optimizer(version):\n    if version == 1:\n"
+            "        optimizer = lambda: tf.keras.optimizers.legacy.Ftrl(learning_rate=0.1)\n    else:\n"
+            "        optimizer = tf.keras.optimizers.legacy.Ftrl(learning_rate=0.1)\n    return optimizer\n# %%\n"
+            "estimator = tf.estimator.LinearEstimator(head=head, feature_columns=columns, optimizer=make_optimizer(1))\n"
+            "estimator.train(input_fn=train_input_fn, steps=50)\n",
+            "import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\ntf.random.set_seed(1)\n# %%\n"
+            "def make_optimizer(version):\n    if version == 1:\n"
+            "        optimizer = lambda: npu.distribute.npu_distributed_keras_optimizer_wrapper("
+            "tf.keras.optimizers.legacy.Ftrl(learning_rate=0.1))\n    else:\n"
+            "        optimizer = tf.keras.optimizers.legacy.Ftrl(learning_rate=0.1)\n"
+            "        optimizer = npu.distribute.npu_distributed_keras_optimizer_wrapper(optimizer)\n"
+            "    return optimizer\n# %%\n"
+            "estimator = tf.estimator.LinearEstimator(head=head, feature_columns=columns, optimizer=make_optimizer(1))\n"
+            "estimator.train(input_fn=train_input_fn, steps=50)\n",
+            adapter="npu_device",
+        ),
         # A model built and compiled in each of several cells, each rebinding ``optimizer`` (Udacity's
         # forecasting course): every compile's own optimizer is wrapped, not only the last one.
         Example(
@@ -716,6 +753,7 @@ class MissingAllreduce(Rule):
         elif "estimator" in context.frameworks:  # the Estimator part of TF2 code trains in a TF1 graph
             findings += self._wrap_tf1_optimizers(context, only_in=_model_fns(context))
             findings += self._canned_estimator_optimizers(context, only_v1=True)
+            findings += self._canned_estimator_keras_optimizers(context)
         if "estimator" in context.frameworks:
             findings += self._keras_models_as_estimators(context)
         if "keras" in context.frameworks:
@@ -835,6 +873,57 @@ class MissingAllreduce(Rule):
                         _("gradients are not aggregated across ranks: wrap the optimizer given to {method} "
                           "with {wrapper} where it is created").format(method=site.method, wrapper=TF1_WRAPPER),
                     )
+
+    # -- TF2 canned Estimators: their Keras optimizer, wrapped where it is made
+    def _canned_estimator_keras_optimizers(self, context) -> Iterator[Finding]:
+        """TF2's canned Estimators (``tf.estimator.DNNClassifier``) build a Keras optimizer in each
+        training graph, from a string, an instance or a callable, and apply the gradients through its
+        ``apply_gradients``, which the TF2 wrapper all-reduces. A string (or the default) becomes a
+        callable making the same optimizer, wrapped: a fresh one per graph, as the string gave. A Keras
+        optimizer the notebook makes for it is wrapped where it is made."""
+        wrapper = f"{context.npu}.distribute.npu_distributed_keras_optimizer_wrapper"
+        for cell, facts, site, parameter, given in _canned_optimizers(context, v2=True):
+            if given is None or _is_string(given):
+                yield self._explicit_keras_canned_optimizer(context, cell, facts, site, parameter, given, wrapper)
+                continue
+            made = list(_optimizers_made_for(context, cell, facts, given, site.function))
+            if not made:
+                yield self.finding(cell, facts, given, _(
+                    "gradients are not aggregated across ranks: wrap the Keras optimizer given to {method} "
+                    "with {wrapper} where it is created").format(method=site.method, wrapper=wrapper.rsplit(".", 1)[-1]))
+            for m_cell, m_facts, m_site, wrapped in made:
+                if not wrapped:
+                    yield self.finding(m_cell, m_facts, m_site.node, _(
+                        "gradients are not aggregated across ranks: {method} applies its gradients through "
+                        "this optimizer's apply_gradients; wrap it with {wrapper} where it is created").format(
+                            method=site.method, wrapper=wrapper.rsplit(".", 1)[-1]),
+                        [_wrap_creation(m_cell, m_facts, m_site, wrapper, NEEDS_NPU_DEVICE)])
+
+    def _explicit_keras_canned_optimizer(self, context, cell, facts, site, parameter, given, wrapper) -> Finding:
+        name, _position, default, learning_rate, _part = parameter
+        string = default if given is None else given.value
+        class_name = K.CANNED_V2_OPTIMIZER_CLASSES.get(string)
+        if context.facts.resolve(site.dotted) in K.CANNED_V2_CLASS_DEFAULT_RATE:
+            learning_rate = None
+        rate = _("its class's default") if learning_rate is None else str(learning_rate)
+        if given is None:
+            what = _("{method} builds its default {name}, {string!r} (learning rate {learning_rate}), unwrapped")
+        else:
+            what = _("{method} builds its {name} from {string!r} (learning rate {learning_rate}) unwrapped")
+        what = what.format(method=site.method, name=name, string=string, learning_rate=rate)
+        message = _("gradients are not aggregated across ranks: {what}; pass a callable making it, wrapped "
+                    "with {wrapper}").format(what=what, wrapper=wrapper.rsplit(".", 1)[-1])
+        if class_name is None:
+            return self.finding(cell, facts, given or site.node, _("{message} (unknown optimizer {optimizer!r})").format(
+                message=message, optimizer=string))
+        arguments = "" if learning_rate is None else f"learning_rate={learning_rate}"
+        # tf.compat.v1.keras.optimizers: the OptimizerV2 classes the Estimator takes, in TF 2.6 as in 2.15.
+        code = f"lambda: {wrapper}({_tensorflow_v1_prefix(context)}.keras.optimizers.{class_name}({arguments}))"
+        if given is None:
+            edit = add_argument(cell, facts, site.node, f"{name}={code}", [NEEDS_NPU_DEVICE])
+        else:
+            edit = replace(cell, facts, given, code, [NEEDS_NPU_DEVICE])
+        return self.finding(cell, facts, site.node if given is None else given, message, [edit])
 
     def _explicit_canned_optimizer(self, context, cell, facts, site, parameter, given) -> Finding:
         name, _position, default, learning_rate, _part = parameter
@@ -995,6 +1084,78 @@ def _last_compile_of(context, model: ast.Name, before: Tuple[int, int]):
                 if site.receiver is not None and dotted_name(site.receiver) == model.id
                 and (cell, site.node.lineno) <= before]
     return compiles[-1] if compiles else None
+
+
+def _canned_optimizers(context, v2: Optional[bool] = None):
+    """(cell, facts, site, parameter, given) for each optimizer a canned Estimator builds (a part not
+    built has none). ``v2``: only TF2's canned Estimators (True), only TF1's (False), or both (None);
+    in TF1 code every one is TF1's."""
+    for cell, facts, site in context.facts.calls_to(*K.CANNED_ESTIMATOR_OPTIMIZERS):
+        is_v2 = not context.tf1 and "compat.v1" not in _written(context, site) and not _from_a_v1_alias(context, site)
+        if v2 is not None and is_v2 != v2:
+            continue
+        for parameter in K.CANNED_ESTIMATOR_OPTIMIZERS[context.facts.resolve(site.dotted)]:
+            name, position, _default, _rate, part = parameter
+            if part is not None and _is_none(site.argument(part[1], part[0])):
+                continue
+            yield cell, facts, site, parameter, site.argument(position, name)
+
+
+def _optimizers_made_for(context, cell: int, facts: CellFacts, given: ast.expr, function: Optional[str], depth: int = 3):
+    """(cell, facts, site, wrapped) for each optimizer constructor (or aggregating wrapper) that the
+    expression ``given``, in ``function`` of ``cell``, may stand for: itself, a lambda's body, the value a
+    name was last bound to, what the notebook function it calls or names returns (every branch's)."""
+    if depth == 0:
+        return
+    if isinstance(given, ast.Lambda):
+        yield from _optimizers_made_for(context, cell, facts, given.body, function, depth)
+        return
+    named = dotted_name(given.func if isinstance(given, ast.Call) else given)
+    called = context.facts.resolve(named) if named else ""
+    site = next((s for s in facts.calls if s.node is given), None) if isinstance(given, ast.Call) else None
+    if site is not None and (called in K.ALLREDUCE_FORMS or called in K.OPTIMIZERS):
+        yield cell, facts, site, called in K.ALLREDUCE_FORMS or _already_wrapped(context, site)
+        return
+    helper = context.facts.function(named) if named and "." not in named else None
+    if helper is not None and isinstance(helper[2], (ast.FunctionDef, ast.AsyncFunctionDef)) \
+            and (isinstance(given, ast.Call) or isinstance(given, ast.Name)):
+        h_cell, h_facts, node = helper
+        for returned in (r.value for r in ast.walk(node) if isinstance(r, ast.Return) and r.value is not None):
+            yield from _optimizers_made_for(context, h_cell, h_facts, returned, node.name, depth - 1)
+        return
+    if isinstance(given, ast.Name):
+        if function is not None:  # a function's local: any of its bindings (one per branch)
+            bindings = [a for a in facts.assignments.get(given.id, ()) if a.function == function and not a.tuple_target]
+            for bound, following in zip(bindings, bindings[1:] + [None]):
+                if following is not None and _rewraps(context, following, given.id):
+                    continue  # ``optimizer = wrapper(optimizer)`` next: that binding stands for this one
+                yield from _optimizers_made_for(context, cell, facts, bound.value, function, depth - 1)
+            return
+        line = next((s.node.lineno for s in facts.calls if given in s.node.args
+                     or any(k.value is given for k in s.node.keywords)), given.lineno)
+        bound = [(c, f, a) for c, f, a in context.facts.assignments(given.id)
+                 if a.function is None and not a.tuple_target and (c, a.stmt.lineno) <= (cell, line)]
+        if bound:
+            b_cell, b_facts, assignment = bound[-1]
+            yield from _optimizers_made_for(context, b_cell, b_facts, assignment.value, None, depth - 1)
+
+
+def _rewraps(context, assignment, name: str) -> bool:
+    """Is ``assignment`` ``name = wrapper(name, ...)``, an aggregating wrapper given the name's last value?"""
+    value = assignment.value
+    return isinstance(value, ast.Call) and context.facts.resolve(dotted_name(value.func) or "") in K.ALLREDUCE_FORMS \
+        and bool(value.args) and isinstance(value.args[0], ast.Name) and value.args[0].id == name
+
+
+def some_canned_estimator_unwrapped(context) -> bool:
+    """One wrapped optimizer does not aggregate another training's gradients: does a canned Estimator
+    build an optimizer from a string (or its default), or from a constructor seen unwrapped?"""
+    for cell, facts, site, _parameter, given in _canned_optimizers(context):
+        if given is None or _is_string(given):
+            return True
+        if any(not wrapped for *_where, wrapped in _optimizers_made_for(context, cell, facts, given, site.function)):
+            return True
+    return False
 
 
 def _keras_optimizer_creation(context, cell: int, facts: CellFacts, compile_site: CallSite, given):

@@ -61,7 +61,8 @@ FIXES = {
         "learning rule": N_("start the parameters alike on every rank (a constant, or a draw seeded alike)"),
     },
     "allreduce": {
-        "estimator": N_("optimizer = npu_distributed_optimizer_wrapper(optimizer) in the model_fn"),
+        "estimator": N_("optimizer = npu_distributed_optimizer_wrapper(optimizer) in the model_fn (a TF2 canned "
+                        "Estimator: optimizer=lambda: npu.distribute.npu_distributed_keras_optimizer_wrapper(...))"),
         "keras fit": N_("optimizer = npu.distribute.npu_distributed_keras_optimizer_wrapper(optimizer) "
                         "(TF1: npu_distributed_optimizer_wrapper)"),
         "optimizer step": N_("grads = npu.distribute.all_reduce(grads, reduction='mean') before apply_gradients, "

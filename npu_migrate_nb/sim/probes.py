@@ -936,6 +936,8 @@ def _wrap_evaluate(original, what: str):
                 bound.arguments["sample_weight"] = _first_rows(bound.arguments["sample_weight"], rows)
         else:
             bound.arguments["steps"] = _proof.capped(written)
+            if written is not None and 0 <= written <= _proof.budget:
+                return original(*bound.args, **bound.kwargs)  # as written: nothing to shorten, or say
         if not _busy():  # a fit's validation, train_and_evaluate's evaluations: capped, said with the training
             record_shortened(what, _proof.budget, written)
         return original(*bound.args, **bound.kwargs)

@@ -195,7 +195,8 @@ ESTIMATOR = ("def input_fn():\n"
 def test_an_estimator_with_200000_steps_trains_the_proofs_and_evaluates_as_few(tf1_cluster, tmp_path):
     cells = [TF1_SETUP, ARRAYS, ESTIMATOR,
              "estimator.train(input_fn=input_fn, max_steps=200000, hooks=npu_hooks_append())\n"
-             "evaluation = estimator.evaluate(input_fn=input_fn)"]
+             "evaluation = estimator.evaluate(input_fn=input_fn)\n"
+             "short = estimator.evaluate(input_fn=input_fn, steps=2)"]  # fewer than a proof: as written, unsaid
     result = run(tf1_cluster, tmp_path, cells)
     assert on_every_rank(tf1_cluster, "int(estimator.get_variable_value('global_step'))") == [BUDGET, BUDGET]
     assert [(cell, what, taken, written) for cell, what, taken, written, _ in shortened(result)] == [
