@@ -32,6 +32,8 @@ after ``fix``, every cell runs and the three checks pass.
   different number of rows on each rank ("ranks reached different collectives");
 * a model built on its first call, given with its optimizer through two functions: broadcast after the
   first update, in the step (it was left to the user);
+* a TF2 canned Estimator with its default optimizer (a string it makes a Keras optimizer of): not aggregated
+  after the fix, and the step called present;
 * a learning rule the notebook writes (two RBMs trained by contrastive divergence on plain tensors): no
   step was seen; each update's term is all-reduced and each window split.
 """
@@ -299,6 +301,20 @@ SPARSE_LINEAR_ESTIMATOR = [
     "model.train(input_fn, steps=20)",
 ]
 
+# Python Machine Learning's chapter 14: TF2 (tf.random.set_seed) training a canned DNNClassifier with its
+# default optimizer, a string the Estimator makes a Keras Adagrad of in each training graph (the fix gave it
+# no aggregation: allreduce failed), trained in two calls, each a graph of its own.
+TF2_CANNED_ESTIMATOR = [
+    "import tensorflow as tf\n" + DATA + "labels = (y[:, 0] > 2).astype('int32')\ntf.random.set_seed(1)",
+    "def train_input_fn(x, y, batch_size=32):\n"
+    "    dataset = tf.data.Dataset.from_tensor_slices(({'x': x}, y))\n"
+    "    return dataset.shuffle(256).repeat().batch(batch_size)\n"
+    "columns = [tf.feature_column.numeric_column('x', shape=(4,))]\n"
+    "classifier = tf.estimator.DNNClassifier(feature_columns=columns, hidden_units=[8], n_classes=2)",
+    "classifier.train(input_fn=lambda: train_input_fn(x, labels), steps=10)\n"
+    "classifier.train(input_fn=lambda: train_input_fn(x, labels), steps=10)",
+]
+
 TOUR_OF_THE_TAPE_THEN_TRAINING = [
     "import tensorflow as tf\n" + DATA +
     "dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(32)",
@@ -530,6 +546,7 @@ CASES = {
     "a tour of the tape on scalar variables and constants, then training (issue 34, handson-ml3)":
         (TOUR_OF_THE_TAPE_THEN_TRAINING, "tf2"),
     "an estimator fed arrays by numpy_input_fn (queues, not a dataset)": (ESTIMATOR_NUMPY_INPUT, "tf1"),
+    "a tf2 canned estimator with its default optimizer, trained twice (issue 34, pyml3)": (TF2_CANNED_ESTIMATOR, "tf2"),
     "a gan: noise and labels of the global batch, two models built on their first call": (GAN_TF2, "tf2"),
     "a tf1 gan: one session run updates two models": (GAN_TF1, "tf1"),
     "tf2 code with a compat.v1 part, saving on every rank": (MIXED_AND_SAVING, "tf2"),
