@@ -58,28 +58,34 @@ def _loops_over_parameters(context, function: ast.AST, names: Set[str]) -> Itera
 
 
 def per_rank_sizes(context, size: Optional[ast.expr], per_rank: str, steps: Sequence[Step],
-                   needs: Sequence[str] = ()) -> List[Edit]:
+                   needs: Sequence[str] = (), batch_sources: Sequence[ast.Call] = ()) -> List[Edit]:
     """Edits giving ``per_rank`` (code) for the global batch ``size`` (a name bound at the top of a cell)
-    where the steps size a per-example tensor with it."""
+    where the steps size a per-example tensor with it. ``batch_sources``: the calls that pick the global
+    batch the fix splits (``fetch_batch(epoch, i, batch_size)``): the size given them stays global."""
     if not isinstance(size, ast.Name):
         return []
     edits, seen = [], set()
-    for cell, facts, node in _reads(context, size.id, steps):
+    for cell, facts, node in _reads(context, size.id, steps, sources={id(call) for call in batch_sources}):
         if (cell, id(node)) not in seen:
             seen.add((cell, id(node)))
             edits.append(replace(cell, facts, node, per_rank, needs))
     return edits
 
 
-def _reads(context, batch: str, steps: Sequence[Step]) -> Iterator[Tuple[int, CellFacts, ast.Name]]:
+def _reads(context, batch: str, steps: Sequence[Step], depth: int = _DEPTH, own: Optional[ast.AST] = None,
+           sources: Set[int] = frozenset()) -> Iterator[Tuple[int, CellFacts, ast.Name]]:
+    """The reads of ``batch`` that size a per-example tensor in the steps and the notebook functions
+    they call. ``own``: the function whose parameter ``batch`` is (its local is the one meant there);
+    ``sources``: ids of the calls picking the batch itself, whose size argument is not followed."""
     visited: Set[int] = set()
-    pending = [(cell, facts, body, _DEPTH) for cell, facts, body in steps]
+    pending = [(cell, facts, body, depth) for cell, facts, body in steps]
     while pending:
         cell, facts, scope, depth = pending.pop()
         if id(scope) in visited:
             continue
         visited.add(id(scope))
-        if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)) and batch in function_locals(scope):
+        if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)) and scope is not own \
+                and batch in function_locals(scope):
             continue  # the function's own batch_size, not the notebook's
         graph_only = isinstance(scope, ast.Module)  # a TF1 cell building the graph: its TensorFlow ops only
         nodes = list(_walk_body(scope))
@@ -98,6 +104,23 @@ def _reads(context, batch: str, steps: Sequence[Step]) -> Iterator[Tuple[int, Ce
                 called = context.facts.function(node.func.id)
                 if called is not None:
                     pending.append((called[0], called[1], called[2], depth - 1))
+                    if id(node) not in sources and not graph_only:  # a TF1 cell's graph: its TensorFlow ops only
+                        yield from ((cell, facts, given) for given in _given_as_a_size(context, node, called, batch, depth))
+
+
+def _given_as_a_size(context, call: ast.Call, called, batch: str, depth: int) -> Iterator[ast.Name]:
+    """``batch`` given to a notebook function (``train_step(images, BATCH_SIZE)``) whose parameter
+    sizes a per-example tensor there (``tf.random.normal([batch_size, noise_dim])``): the argument."""
+    c_cell, c_facts, function = called
+    if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return
+    parameters = positional_parameters(function)
+    given = [(parameters[i], argument) for i, argument in enumerate(call.args[:len(parameters)])]
+    given += [(keyword.arg, keyword.value) for keyword in call.keywords if keyword.arg is not None]
+    for parameter, argument in given:
+        named = _named(argument, batch)
+        if named is not None and any(_reads(context, parameter, [(c_cell, c_facts, function)], depth - 1, own=function)):
+            yield named
 
 
 def _slice_bound_reads(part: ast.Slice, batch: str, local_values) -> Iterator[ast.Name]:

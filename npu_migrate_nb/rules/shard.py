@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ast
-from typing import Iterable, Iterator, List, Optional, Tuple
+from typing import Iterable, Iterator, List, Optional, Set, Tuple
 
 from .. import knowledge as K
 from ..facts import CallSite, CellFacts, chain_root_name, dotted_name, receiver_name
@@ -1001,6 +1001,74 @@ class MissingShard(Rule):
             '# %%\n'
             'train(train_dataset, 50)\n',
         ),
+        # A TF2 loop training on batches a notebook function picks from arrays (Hands-On ML's ``random_batch``):
+        # each rank picks from its own rows, its part of the batch (the default, 32, given divided).
+        Example(
+            'import numpy as np\nimport tensorflow as tf\nimport os\n'
+            'def random_batch(X, y, batch_size=32):\n'
+            '    idx = np.random.randint(len(X), size=batch_size)\n'
+            '    return X[idx], y[idx]\n'
+            '# %%\n'
+            'for step in range(100):\n'
+            '    X_batch, y_batch = random_batch(X_train, y_train)\n'
+            '    with tf.GradientTape() as tape:\n'
+            '        loss = tf.reduce_mean(tf.square(model(X_batch) - y_batch))\n'
+            '    grads = tape.gradient(loss, model.trainable_variables)\n'
+            '    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n',
+            'import numpy as np\nimport tensorflow as tf\nimport os\n'
+            'def random_batch(X, y, batch_size=32):\n'
+            '    idx = np.random.randint(len(X), size=batch_size)\n'
+            '    return X[idx], y[idx]\n'
+            '# %%\n'
+            'for step in range(100):\n'
+            "    X_batch, y_batch = random_batch(X_train[int(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', '1'))], "
+            "y_train[int(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', '1'))], "
+            "batch_size=32 // int(os.getenv('RANK_SIZE', '1')))\n"
+            '    with tf.GradientTape() as tape:\n'
+            '        loss = tf.reduce_mean(tf.square(model(X_batch) - y_batch))\n'
+            '    grads = tape.gradient(loss, model.trainable_variables)\n'
+            '    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n',
+        ),
+        # The global batch given to the step as an argument that sizes its noise: the argument follows the split
+        # (the step's own parameter is left as it is); a sample drawn outside the batches' loop keeps its size.
+        Example(
+            'import tensorflow as tf\n'
+            'BATCH_SIZE = 256\n'
+            'train_dataset = tf.data.Dataset.from_tensor_slices(train_images).shuffle(60000).batch(BATCH_SIZE)\n'
+            '# %%\n'
+            '@tf.function\n'
+            'def train_step(images, batch_size):\n'
+            '    noise = tf.random.normal([batch_size, 100])\n'
+            '    with tf.GradientTape() as tape:\n'
+            '        loss = d_loss(discriminator(images), discriminator(generator(noise)))\n'
+            '    grads = tape.gradient(loss, discriminator.trainable_variables)\n'
+            '    optimizer.apply_gradients(zip(grads, discriminator.trainable_variables))\n'
+            '# %%\n'
+            'for epoch in range(50):\n'
+            '    for image_batch in train_dataset:\n'
+            '        train_step(image_batch, BATCH_SIZE)\n'
+            '    sample = generator(tf.random.normal([BATCH_SIZE, 100]))\n',
+            'import tensorflow as tf\n'
+            'import npu_device as npu\n'
+            'npu.open().as_default()\n'
+            'BATCH_SIZE = 256\n'
+            'train_dataset = tf.data.Dataset.from_tensor_slices(train_images)\n'
+            'train_dataset, rank_batch_size = npu.distribute.shard_and_rebatch_dataset(train_dataset, BATCH_SIZE)\n'
+            'train_dataset = train_dataset.shuffle(60000).batch(rank_batch_size)\n'
+            '# %%\n'
+            '@tf.function\n'
+            'def train_step(images, batch_size):\n'
+            '    noise = tf.random.normal([batch_size, 100])\n'
+            '    with tf.GradientTape() as tape:\n'
+            '        loss = d_loss(discriminator(images), discriminator(generator(noise)))\n'
+            '    grads = tape.gradient(loss, discriminator.trainable_variables)\n'
+            '    optimizer.apply_gradients(zip(grads, discriminator.trainable_variables))\n'
+            '# %%\n'
+            'for epoch in range(50):\n'
+            '    for image_batch in train_dataset:\n'
+            '        train_step(image_batch, rank_batch_size)\n'
+            '    sample = generator(tf.random.normal([BATCH_SIZE, 100]))\n',
+        ),
         # A GAN's noise and labels sized with the global batch in the step (TensorFlow-Examples' DCGAN): the per-rank batch, as the split rows; a sample drawn after the loop keeps its size.
         Example(
             'import numpy as np\n'
@@ -1222,6 +1290,8 @@ class MissingShard(Rule):
         if "estimator" in context.frameworks:
             findings += self._shard_returned_inputs(context)
         findings += self._shard_fed_arrays(context)
+        if not context.tf1:
+            findings += self._shard_loop_helper_batches(context)
         findings += self._shard_tf1_mnist_batches(context)
         if LEARNING_RULE in context.frameworks:
             findings += self._shard_rule_windows(context)
@@ -1498,12 +1568,41 @@ class MissingShard(Rule):
             pattern = f"[part{rows} for part in {{batch}}]" if unpacked else "{batch}" + rows
             edits.append(replace_with(cell, facts, call, pattern, [NEEDS_OS], batch=call))
         sizes = per_rank_sizes(context, size, _per_rank(size), [(cell, facts, loop)] + graph_cells(context),
-                               [NEEDS_OS]) if size is not None else []
+                               [NEEDS_OS], batch_sources=[call for call, _unpacked in helped]) if size is not None else []
         context.shard_fix_splits_batch = True
         return self.finding(cell, facts, first, _(
             "every rank feeds the same batches {helper}() picks: each rank takes every RANK_SIZE-th row of each "
             "batch from RANK_ID, its part of the global batch").format(helper=name) + _sizes_note(sizes),
             edits + sizes)
+
+    def _shard_loop_helper_batches(self, context) -> List[Finding]:
+        """A TF2 loop drawing each batch from a notebook function that picks rows (``X_batch, y_batch =
+        random_batch(X_train, y_train)``: Hands-On ML's custom loops) and training on it (under a tape, or
+        through a step function, or ``train_on_batch``): each rank takes its part of each batch, as a fed
+        TF1 loop does."""
+        findings, loops = [], set()
+        for cell, facts in context.facts.cells:
+            for stmt in facts.nodes(ast.Assign):
+                call = stmt.value
+                if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and _returns_rows(context, call)):
+                    continue
+                loop = _enclosing_loop(facts, stmt)
+                if loop is None or id(loop) in loops:
+                    continue
+                loops.add(id(loop))
+                helped = _helper_batches_trained_on(context, loop)
+                if not helped:
+                    continue
+                edits = [edit for call, _unpacked in helped for edit in _rank_rows_given_to(context, cell, facts, call)]
+                if len(edits) < len(helped):  # an array or the batch size not seen in a call: its output split
+                    findings.append(self._shard_helper_batches(context, cell, facts, loop, helped))
+                    continue
+                context.shard_fix_splits_batch = True
+                findings.append(self.finding(cell, facts, helped[0][0], _(
+                    "every rank trains on the same batches {helper}() picks: give it this rank's rows of the arrays "
+                    "(every RANK_SIZE-th from RANK_ID) and its part of the batch size").format(
+                        helper=helped[0][0].func.id), [edit for found in edits for edit in found]))
+        return findings
 
     def _shard_rule_windows(self, context) -> List[Finding]:
         """The windows a learning rule computes its updates from (``batch = X[start:end]``): each rank
@@ -1872,6 +1971,84 @@ def _batch_helper_calls(context, facts: CellFacts, site: CallSite, loop: ast.stm
         seen.add(id(call))
         found.append((call, isinstance(target, ast.Tuple)))
     return found
+
+
+def _rank_rows_given_to(context, cell: int, facts: CellFacts, call: ast.Call) -> List[List[Edit]]:
+    """The edits giving the helper ``call`` picks rows with this rank's rows of each array it picks from
+    (``random_batch(X[rank_id::rank_size], y[...], 32 // rank_size)``): each rank draws its own rows, of
+    its part of the batch, seeded alike or not. [] when an array or the batch size is not given here
+    (nor a default of the batch size, which the call then gives divided)."""
+    helper = context.facts.function(call.func.id)
+    if helper is None or not isinstance(helper[2], ast.FunctionDef) or call.keywords and any(k.arg is None for k in call.keywords):
+        return []
+    function = helper[2]
+    parameters = positional_parameters(function)
+    given = {parameters[i]: argument for i, argument in enumerate(call.args[:len(parameters)])}
+    given.update({k.arg: k.value for k in call.keywords})
+    returns = context.facts.returned_values(call) or []
+    parts = [part for value in returns for part in (value.elts if isinstance(value, ast.Tuple) else [value])]
+    picked = {v.value.id for v in (context.facts.returned_through_bindings(call, p) for p in parts)
+              if isinstance(v, ast.Subscript) and isinstance(v.value, ast.Name)}
+    if not picked or not picked <= set(given):
+        return []
+    rows = f"[{K.RANK_ID_EXPR}::{K.RANK_SIZE_EXPR}]"
+    edits = [replace_with(cell, facts, given[name], ("{array}" if _is_simple(given[name]) else "({array})") + rows,
+                          [NEEDS_OS], array=given[name]) for name in sorted(picked)]
+    size = next((name for name in parameters if name == "batch_size" or name.endswith("_batch_size")), None)
+    if size is None:
+        return []
+    if size in given:
+        edits += _divided(context, cell, facts, given[size], K.RANK_SIZE_EXPR, [NEEDS_OS])
+    else:
+        defaults = dict(zip(parameters[len(parameters) - len(function.args.defaults):], function.args.defaults))
+        if size not in defaults:
+            return []
+        edits.append(add_argument(cell, facts, call, f"{size}={ast.unparse(defaults[size])} // {K.RANK_SIZE_EXPR}",
+                                  [NEEDS_OS]))
+    return [edits]
+
+
+def _helper_batches_trained_on(context, loop: ast.stmt) -> List[Tuple[ast.Call, bool]]:
+    """(call, unpacked) for each assignment in ``loop`` from a notebook function returning rows, whose
+    names the loop trains on: read under a ``tf.GradientTape``, or given to ``train_on_batch`` or to a
+    notebook function that takes a gradient step."""
+    trained = _names_trained_on(context, loop)
+    found = []
+    for stmt in ast.walk(loop):
+        if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.value, ast.Call)
+                and isinstance(stmt.value.func, ast.Name)):
+            continue
+        target = stmt.targets[0]
+        names = [e.id for e in target.elts if isinstance(e, ast.Name)] if isinstance(target, ast.Tuple) else \
+            [target.id] if isinstance(target, ast.Name) else []
+        if set(names) & trained and _returns_rows(context, stmt.value):
+            found.append((stmt.value, isinstance(target, ast.Tuple)))
+    return found
+
+
+def _names_trained_on(context, loop: ast.stmt) -> Set[str]:
+    names: Set[str] = set()
+    for node in ast.walk(loop):
+        if isinstance(node, ast.With) and any(
+                isinstance(item.context_expr, ast.Call)
+                and context.facts.resolve(dotted_name(item.context_expr.func) or "") == K.GRADIENT_TAPE
+                for item in node.items):
+            names |= {n.id for stmt in node.body for n in ast.walk(stmt) if isinstance(n, ast.Name)}
+        elif isinstance(node, ast.Call) and (
+                (isinstance(node.func, ast.Attribute) and node.func.attr == "train_on_batch")
+                or (isinstance(node.func, ast.Name) and _takes_a_gradient_step(context, node.func.id))):
+            names |= {n.id for argument in [*node.args, *(k.value for k in node.keywords)]
+                      for n in ast.walk(argument) if isinstance(n, ast.Name)}
+    return names
+
+
+def _takes_a_gradient_step(context, function: str) -> bool:
+    """Does the notebook function take a gradient step (``tape.gradient``, ``apply_gradients``, ``minimize``)?"""
+    found = context.facts.function(function)
+    if found is None:
+        return False
+    return any(isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+               and node.func.attr in ("gradient", "apply_gradients", "minimize") for node in ast.walk(found[2]))
 
 
 def _returns_rows(context, call: ast.Call) -> bool:

@@ -34,6 +34,7 @@ after ``fix``, every cell runs and the three checks pass.
   first update, in the step (it was left to the user);
 * a TF2 canned Estimator with its default optimizer (a string it makes a Keras optimizer of): not aggregated
   after the fix, and the step called present;
+* a custom loop drawing each batch from a notebook function picking rows (no fix: "add it by hand");
 * a learning rule the notebook writes (two RBMs trained by contrastive divergence on plain tensors): no
   step was seen; each update's term is all-reduced and each window split.
 """
@@ -315,6 +316,25 @@ TF2_CANNED_ESTIMATOR = [
     "classifier.train(input_fn=lambda: train_input_fn(x, labels), steps=10)",
 ]
 
+# Hands-On ML 3's chapter 12: a custom loop drawing each batch from a notebook function that picks rows
+# (``random_batch``), unseeded, trained under a tape (the fix said "add it by hand").
+LOOP_OVER_HELPER_BATCHES = [
+    "import numpy as np\nimport tensorflow as tf\n" + DATA,
+    "def random_batch(X, y, batch_size=32):\n"
+    "    idx = np.random.randint(len(X), size=batch_size)\n"
+    "    return X[idx], y[idx]\n"
+    "model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(4,))])\n"
+    "optimizer = tf.keras.optimizers.SGD(0.05)\nloss_fn = tf.keras.losses.mean_squared_error",
+    "for epoch in range(2):\n"
+    "    for step in range(8):\n"
+    "        X_batch, y_batch = random_batch(x, y)\n"
+    "        with tf.GradientTape() as tape:\n"
+    "            y_pred = model(X_batch, training=True)\n"
+    "            loss = tf.reduce_mean(loss_fn(y_batch, y_pred))\n"
+    "        gradients = tape.gradient(loss, model.trainable_variables)\n"
+    "        optimizer.apply_gradients(zip(gradients, model.trainable_variables))",
+]
+
 TOUR_OF_THE_TAPE_THEN_TRAINING = [
     "import tensorflow as tf\n" + DATA +
     "dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(32)",
@@ -547,6 +567,7 @@ CASES = {
         (TOUR_OF_THE_TAPE_THEN_TRAINING, "tf2"),
     "an estimator fed arrays by numpy_input_fn (queues, not a dataset)": (ESTIMATOR_NUMPY_INPUT, "tf1"),
     "a tf2 canned estimator with its default optimizer, trained twice (issue 34, pyml3)": (TF2_CANNED_ESTIMATOR, "tf2"),
+    "a custom loop drawing batches from a notebook function (issue 34, handson-ml3)": (LOOP_OVER_HELPER_BATCHES, "tf2"),
     "a gan: noise and labels of the global batch, two models built on their first call": (GAN_TF2, "tf2"),
     "a tf1 gan: one session run updates two models": (GAN_TF1, "tf1"),
     "tf2 code with a compat.v1 part, saving on every rank": (MIXED_AND_SAVING, "tf2"),
