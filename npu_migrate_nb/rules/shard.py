@@ -1029,6 +1029,52 @@ class MissingShard(Rule):
             '    grads = tape.gradient(loss, model.trainable_variables)\n'
             '    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n',
         ),
+        # A TF1 loop over a notebook generator yielding rows (Hands-On ML's shuffle_batch, unseeded): each rank
+        # shuffles its own rows and yields its part of each batch, as many batches as one card.
+        Example(
+            'import numpy as np\n'
+            'import tensorflow as tf\n'
+            'import os\n'
+            'def shuffle_batch(X, y, batch_size):\n'
+            '    rnd_idx = np.random.permutation(len(X))\n'
+            '    n_batches = len(X) // batch_size\n'
+            '    for batch_idx in np.array_split(rnd_idx, n_batches):\n'
+            '        X_batch, y_batch = X[batch_idx], y[batch_idx]\n'
+            '        yield X_batch, y_batch\n'
+            '# %%\n'
+            'X = tf.placeholder(tf.float32, [None, 4])\n'
+            'y = tf.placeholder(tf.float32, [None, 1])\n'
+            'loss = tf.reduce_mean(tf.square(tf.layers.dense(X, 1) - y))\n'
+            'training_op = tf.train.GradientDescentOptimizer(0.01).minimize(loss)\n'
+            'init = tf.global_variables_initializer()\n'
+            'batch_size = 50\n'
+            'with tf.Session() as sess:\n'
+            '    init.run()\n'
+            '    for epoch in range(40):\n'
+            '        for X_batch, y_batch in shuffle_batch(X_train, y_train, batch_size):\n'
+            '            sess.run(training_op, feed_dict={X: X_batch, y: y_batch})\n',
+            'import numpy as np\n'
+            'import tensorflow as tf\n'
+            'import os\n'
+            'def shuffle_batch(X, y, batch_size):\n'
+            '    rnd_idx = np.random.permutation(len(X))\n'
+            '    n_batches = len(X) // batch_size\n'
+            '    for batch_idx in np.array_split(rnd_idx, n_batches):\n'
+            '        X_batch, y_batch = X[batch_idx], y[batch_idx]\n'
+            '        yield X_batch, y_batch\n'
+            '# %%\n'
+            'X = tf.placeholder(tf.float32, [None, 4])\n'
+            'y = tf.placeholder(tf.float32, [None, 1])\n'
+            'loss = tf.reduce_mean(tf.square(tf.layers.dense(X, 1) - y))\n'
+            'training_op = tf.train.GradientDescentOptimizer(0.01).minimize(loss)\n'
+            'init = tf.global_variables_initializer()\n'
+            'batch_size = 50\n'
+            'with tf.Session() as sess:\n'
+            '    init.run()\n'
+            '    for epoch in range(40):\n'
+            "        for X_batch, y_batch in shuffle_batch(X_train[int(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', '1'))], y_train[int(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', '1'))], batch_size // int(os.getenv('RANK_SIZE', '1'))):\n"
+            '            sess.run(training_op, feed_dict={X: X_batch, y: y_batch})\n',
+        ),
         # The global batch given to the step as an argument that sizes its noise: the argument follows the split
         # (the step's own parameter is left as it is); a sample drawn outside the batches' loop keeps its size.
         Example(
@@ -1240,12 +1286,14 @@ class MissingShard(Rule):
             '        sess.run(train_disc, feed_dict={real_image_input: batch_x})\n'
             '    z = np.random.uniform(-1., 1., size=[batch_size, 100])\n',
         ),
-        # Batches a notebook function picks rows for (Hands-On ML, ch. 9): each rank takes its part of
-        # each global batch.
+        # Batches a notebook function picks rows for from the arrays it is given (Hands-On ML, ch. 9): each
+        # rank picks from its own rows, its part of the batch (unseeded, a global batch split after would
+        # repeat rows across ranks).
         Example(
             _HELPER_BATCHES.format(size=50, call="random_batch(X_train, y_train, batch_size)"),
-            _HELPER_BATCHES.format(size=50, call="[part[int(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', '1'))] "
-                                                 "for part in random_batch(X_train, y_train, batch_size)]").replace(
+            _HELPER_BATCHES.format(size=50, call="random_batch(X_train[int(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', '1'))], "
+                                                 "y_train[int(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', '1'))], "
+                                                 "batch_size // int(os.getenv('RANK_SIZE', '1')))").replace(
                 "import tensorflow as tf\n", "import tensorflow as tf\nimport os\n", 1),
         ),
         # ... but a batch of one row cannot be split: said, not written as an empty batch.
@@ -1513,6 +1561,14 @@ class MissingShard(Rule):
             if slices:
                 findings.append(self._shard_feed(context, cell, facts, loop, slices))
                 continue
+            feed = _training_feed(context, site)
+            fed = {value.id for value in feed.values if isinstance(value, ast.Name)} if feed is not None else set()
+            picked = _helper_batches_trained_on(context, facts, loop, fed) if isinstance(loop, ast.For) else []
+            found = self._shard_helper_arguments(context, cell, facts, loop, [c for c, _i, _u in picked]) \
+                if picked else None
+            if found is not None:
+                findings.append(found)
+                continue
             helped = _batch_helper_calls(context, facts, site, loop)
             if helped:
                 findings.append(self._shard_helper_batches(context, cell, facts, loop, helped))
@@ -1577,32 +1633,41 @@ class MissingShard(Rule):
 
     def _shard_loop_helper_batches(self, context) -> List[Finding]:
         """A TF2 loop drawing each batch from a notebook function that picks rows (``X_batch, y_batch =
-        random_batch(X_train, y_train)``: Hands-On ML's custom loops) and training on it (under a tape, or
-        through a step function, or ``train_on_batch``): each rank takes its part of each batch, as a fed
-        TF1 loop does."""
+        random_batch(X_train, y_train)``, ``for X_batch, y_batch in shuffle_batch(X, y, 50)``: Hands-On ML)
+        and training on it (under a tape, through a step function, or ``train_on_batch``)."""
         findings, loops = [], set()
         for cell, facts in context.facts.cells:
-            for stmt in facts.nodes(ast.Assign):
-                call = stmt.value
-                if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and _returns_rows(context, call)):
+            for loop in facts.nodes(ast.For):
+                if id(loop) in loops:
                     continue
-                loop = _enclosing_loop(facts, stmt)
-                if loop is None or id(loop) in loops:
+                calls = _helper_batches_trained_on(context, facts, loop, _names_trained_on(context, loop))
+                if not calls:
                     continue
-                loops.add(id(loop))
-                helped = _helper_batches_trained_on(context, loop)
-                if not helped:
-                    continue
-                edits = [edit for call, _unpacked in helped for edit in _rank_rows_given_to(context, cell, facts, call)]
-                if len(edits) < len(helped):  # an array or the batch size not seen in a call: its output split
-                    findings.append(self._shard_helper_batches(context, cell, facts, loop, helped))
-                    continue
-                context.shard_fix_splits_batch = True
-                findings.append(self.finding(cell, facts, helped[0][0], _(
-                    "every rank trains on the same batches {helper}() picks: give it this rank's rows of the arrays "
-                    "(every RANK_SIZE-th from RANK_ID) and its part of the batch size").format(
-                        helper=helped[0][0].func.id), [edit for found in edits for edit in found]))
+                loops.update(id(inner) for inner in ast.walk(loop) if isinstance(inner, ast.For))
+                found = self._shard_helper_arguments(context, cell, facts, loop, [call for call, _i, _u in calls])
+                if found is None and all(not iterated for _call, iterated, _unpacked in calls):
+                    found = self._shard_helper_batches(context, cell, facts, loop, [(c, u) for c, _i, u in calls])
+                if found is not None:
+                    findings.append(found)
         return findings
+
+    def _shard_helper_arguments(self, context, cell, facts: CellFacts, loop: ast.stmt,
+                                calls: List[ast.Call]) -> Optional[Finding]:
+        """Each helper call given this rank's rows of the arrays it picks from and its part of the batch
+        size: each rank picks its own rows, seeded alike or not (a batch of the global one's rows, split
+        after, would repeat rows across ranks when each rank draws its own). None when a call does not
+        give the arrays and the batch size where they can be changed."""
+        edits = [_rank_rows_given_to(context, cell, facts, call) for call in calls]
+        if not all(edits):
+            return None
+        size = _helper_batch_size(context, calls[0])
+        sizes = per_rank_sizes(context, size, _per_rank(size), [(cell, facts, loop)] + graph_cells(context),
+                               [NEEDS_OS], batch_sources=calls) if size is not None else []
+        context.shard_fix_splits_batch = True
+        return self.finding(cell, facts, calls[0], _(
+            "every rank trains on the same batches {helper}() picks: give it this rank's rows of the arrays "
+            "(every RANK_SIZE-th from RANK_ID) and its part of the batch size").format(
+                helper=calls[0].func.id) + _sizes_note(sizes), [edit for found in edits for edit in found] + sizes)
 
     def _shard_rule_windows(self, context) -> List[Finding]:
         """The windows a learning rule computes its updates from (``batch = X[start:end]``): each rank
@@ -1973,56 +2038,81 @@ def _batch_helper_calls(context, facts: CellFacts, site: CallSite, loop: ast.stm
     return found
 
 
-def _rank_rows_given_to(context, cell: int, facts: CellFacts, call: ast.Call) -> List[List[Edit]]:
-    """The edits giving the helper ``call`` picks rows with this rank's rows of each array it picks from
-    (``random_batch(X[rank_id::rank_size], y[...], 32 // rank_size)``): each rank draws its own rows, of
-    its part of the batch, seeded alike or not. [] when an array or the batch size is not given here
-    (nor a default of the batch size, which the call then gives divided)."""
+def _rank_rows_given_to(context, cell: int, facts: CellFacts, call: ast.Call) -> List[Edit]:
+    """The edits giving the helper ``call`` this rank's rows of each array it picks from, and its part of
+    the batch size (``random_batch(X[rank_id::rank_size], y[...], batch_size=32 // rank_size)``); [] when
+    an array or the batch size (or its default) is not given by the call."""
     helper = context.facts.function(call.func.id)
-    if helper is None or not isinstance(helper[2], ast.FunctionDef) or call.keywords and any(k.arg is None for k in call.keywords):
+    if helper is None or not isinstance(helper[2], ast.FunctionDef) or any(k.arg is None for k in call.keywords) \
+            or any(isinstance(a, ast.Starred) for a in call.args):
         return []
     function = helper[2]
     parameters = positional_parameters(function)
     given = {parameters[i]: argument for i, argument in enumerate(call.args[:len(parameters)])}
     given.update({k.arg: k.value for k in call.keywords})
-    returns = context.facts.returned_values(call) or []
-    parts = [part for value in returns for part in (value.elts if isinstance(value, ast.Tuple) else [value])]
-    picked = {v.value.id for v in (context.facts.returned_through_bindings(call, p) for p in parts)
-              if isinstance(v, ast.Subscript) and isinstance(v.value, ast.Name)}
-    if not picked or not picked <= set(given):
+    picked = _rows_picked(function)
+    size = next((name for name in parameters if name == "batch_size" or name.endswith("_batch_size")), None)
+    if not picked or not picked <= set(given) or size is None:
         return []
     rows = f"[{K.RANK_ID_EXPR}::{K.RANK_SIZE_EXPR}]"
     edits = [replace_with(cell, facts, given[name], ("{array}" if _is_simple(given[name]) else "({array})") + rows,
                           [NEEDS_OS], array=given[name]) for name in sorted(picked)]
-    size = next((name for name in parameters if name == "batch_size" or name.endswith("_batch_size")), None)
-    if size is None:
-        return []
     if size in given:
-        edits += _divided(context, cell, facts, given[size], K.RANK_SIZE_EXPR, [NEEDS_OS])
-    else:
-        defaults = dict(zip(parameters[len(parameters) - len(function.args.defaults):], function.args.defaults))
-        if size not in defaults:
-            return []
-        edits.append(add_argument(cell, facts, call, f"{size}={ast.unparse(defaults[size])} // {K.RANK_SIZE_EXPR}",
-                                  [NEEDS_OS]))
-    return [edits]
+        divided = _divided(context, cell, facts, given[size], K.RANK_SIZE_EXPR, [NEEDS_OS])
+        return edits + divided if divided else []
+    defaults = dict(zip(parameters[len(parameters) - len(function.args.defaults):], function.args.defaults))
+    if size not in defaults:
+        return []
+    return edits + [add_argument(cell, facts, call, f"{size}={ast.unparse(defaults[size])} // {K.RANK_SIZE_EXPR}",
+                                 [NEEDS_OS])]
 
 
-def _helper_batches_trained_on(context, loop: ast.stmt) -> List[Tuple[ast.Call, bool]]:
-    """(call, unpacked) for each assignment in ``loop`` from a notebook function returning rows, whose
-    names the loop trains on: read under a ``tf.GradientTape``, or given to ``train_on_batch`` or to a
-    notebook function that takes a gradient step."""
-    trained = _names_trained_on(context, loop)
+def _rows_picked(function: ast.FunctionDef) -> Set[str]:
+    """The names whose rows every value the function returns or yields is (``return X[idx], y[idx]``,
+    ``X_batch, y_batch = X[batch_idx], y[batch_idx]`` then ``yield X_batch, y_batch``); empty when a
+    value is anything else."""
+    bound = {}
+    for node in ast.walk(function):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+            if isinstance(target, ast.Name):
+                bound[target.id] = value
+            elif isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple) and len(target.elts) == len(value.elts):
+                bound.update({t.id: v for t, v in zip(target.elts, value.elts) if isinstance(t, ast.Name)})
+    given = [node.value for node in ast.walk(function)
+             if isinstance(node, (ast.Return, ast.Yield)) and node.value is not None]
+    parts = [part for value in given for part in (value.elts if isinstance(value, ast.Tuple) else [value])]
+    picked = set()
+    for part in parts:
+        value = bound.get(part.id, part) if isinstance(part, ast.Name) else part
+        if not (isinstance(value, ast.Subscript) and isinstance(value.value, ast.Name)
+                and not isinstance(value.slice, (ast.Constant, ast.Slice))):
+            return set()
+        picked.add(value.value.id)
+    return picked
+
+
+def _helper_batches_trained_on(context, facts: CellFacts, loop: ast.For, trained: Set[str]) -> List[Tuple[ast.Call, bool, bool]]:
+    """(call, iterated, unpacked) for each call in ``loop`` of a notebook function picking rows whose
+    results the loop trains on (``trained``, names): bound by an assignment (to a tuple of names:
+    ``unpacked``), or iterated by the loop itself or one in it."""
     found = []
-    for stmt in ast.walk(loop):
-        if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.value, ast.Call)
-                and isinstance(stmt.value.func, ast.Name)):
+    for node in ast.walk(loop):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, call, iterated = node.targets[0], node.value, False
+        elif isinstance(node, ast.For):
+            target, call, iterated = node.target, node.iter, True
+        else:
             continue
-        target = stmt.targets[0]
-        names = [e.id for e in target.elts if isinstance(e, ast.Name)] if isinstance(target, ast.Tuple) else \
-            [target.id] if isinstance(target, ast.Name) else []
-        if set(names) & trained and _returns_rows(context, stmt.value):
-            found.append((stmt.value, isinstance(target, ast.Tuple)))
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)):
+            continue
+        names = {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+        if not names & trained:
+            continue
+        helper = context.facts.function(call.func.id)
+        if helper is not None and isinstance(helper[2], ast.FunctionDef) and _rows_picked(helper[2]) \
+                and (iterated or _returns_rows(context, call)):
+            found.append((call, iterated, isinstance(target, ast.Tuple)))
     return found
 
 
