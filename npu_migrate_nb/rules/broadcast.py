@@ -700,6 +700,33 @@ class MissingBroadcast(Rule):
             "        _, l = session.run([optimizer, loss])\n",
             adapter="npu_bridge",
         ),
+        # ... and the initializer bound to a name and run as an op (Hands-On ML's ``init.run()``): the same.
+        Example(
+            "import tensorflow as tf\n"
+            "X = tf.placeholder(tf.float32, shape=[None, 3])\n"
+            "outputs = tf.layers.dense(tf.layers.dense(X, 2), 3)\n"
+            "training_op = tf.train.AdamOptimizer(0.01).minimize(tf.reduce_mean(tf.square(outputs - X)))\n"
+            "init = tf.global_variables_initializer()\n"
+            "# %%\n"
+            "with tf.Session() as sess:\n"
+            "    init.run()\n"
+            "    for iteration in range(1000):\n"
+            "        training_op.run(feed_dict={X: X_train})\n",
+            "from npu_bridge.npu_init import *\n"
+            "import tensorflow as tf\n"
+            "X = tf.placeholder(tf.float32, shape=[None, 3])\n"
+            "outputs = tf.layers.dense(tf.layers.dense(X, 2), 3)\n"
+            "training_op = tf.train.AdamOptimizer(0.01).minimize(tf.reduce_mean(tf.square(outputs - X)))\n"
+            "init = tf.global_variables_initializer()\n"
+            "# %%\n"
+            "with tf.Session() as sess:\n"
+            "    init.run()\n"
+            "    tf.group([tf.assign(var, hccl_ops.broadcast([var], 0)[0]) "
+            "for var in tf.trainable_variables()]).run()\n"
+            "    for iteration in range(1000):\n"
+            "        training_op.run(feed_dict={X: X_train})\n",
+            adapter="npu_bridge",
+        ),
         # Two models built on their first call, each with its optimizer (a GAN): both broadcast after the first step, each when its own optimizer has stepped.
         Example(
             'import numpy as np\n'
@@ -1205,14 +1232,15 @@ def _agent_ready(context, agent):
 
 def _broadcast_run(context, site: CallSite) -> Optional[str]:
     """How to run the broadcast after this variable initialization, with the op in ``{}``:
-    ``sess.run(init)`` -> ``sess.run({})``; ``tf.global_variables_initializer().run()`` (the op run in
-    the default session, as the ``with tf.Session(graph=graph) as session:`` it sits in) -> ``{}.run()``."""
+    ``sess.run(init)`` -> ``sess.run({})``; ``tf.global_variables_initializer().run()`` or ``init.run()``
+    (the op run in the default session, as the ``with tf.Session(graph=graph) as session:`` it sits in)
+    -> ``{}.run()``."""
     if site.node.args:
         session = receiver_name(site)
         if session is not None and _is_variable_initialization(context, site.node.args[0]):
             return session + ".run({})"
         return None
-    if isinstance(site.receiver, ast.Call) and _is_variable_initialization(context, site.receiver):
+    if isinstance(site.receiver, (ast.Call, ast.Name)) and _is_variable_initialization(context, site.receiver):
         return "{}.run()"
     return None
 
