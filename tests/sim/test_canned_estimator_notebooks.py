@@ -143,6 +143,66 @@ def test_the_explicit_wrapped_optimizer_trains_exactly_as_the_default_one_on_one
     assert differences == {"DNNClassifier": 0.0, "LinearRegressor": 0.0, "DNNLinearCombinedClassifier": 0.0}
 
 
+# TF2's canned Estimators (tf.estimator.X): a string made a Keras optimizer in each training graph. The
+# callable the fix passes instead (tf.compat.v1.keras.optimizers, the DNN's string at its class's default
+# rate) trains exactly as the string on one card, where the wrapper does nothing; two train calls, two graphs.
+SAME_TRAINING_V2 = r'''
+import json, os
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+import numpy as np
+import tensorflow as tf
+tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.ERROR)
+from npu_migrate_nb.sim import adapter
+assert adapter.enable()
+import npu_device as npu
+from npu_migrate_nb import knowledge as K
+rng = np.random.RandomState(0)
+x = rng.rand(64, 4).astype(np.float32)
+y = (x.sum(axis=1) > 2).astype(np.int32)
+columns = [tf.feature_column.numeric_column("x", shape=[4])]
+
+def input_fn():
+    return tf.data.Dataset.from_tensor_slices(({"x": x}, y)).repeat().batch(16)
+
+def weights(make):
+    estimator = make(tf.estimator.RunConfig(tf_random_seed=7))
+    estimator.train(input_fn, steps=3)
+    estimator.train(input_fn, steps=3)
+    return {n: estimator.get_variable_value(n) for n in estimator.get_variable_names()
+            if "Adagrad" not in n and "Ftrl" not in n and "training" not in n}
+
+def made(name, string, rate):
+    cls = getattr(tf.compat.v1.keras.optimizers, K.CANNED_V2_OPTIMIZER_CLASSES[string])
+    if "tensorflow.estimator." + name in K.CANNED_V2_CLASS_DEFAULT_RATE:
+        return lambda: npu.distribute.npu_distributed_keras_optimizer_wrapper(cls())
+    return lambda: npu.distribute.npu_distributed_keras_optimizer_wrapper(cls(learning_rate=rate))
+
+cases = {
+    "DNNClassifier": lambda config, **o: tf.estimator.DNNClassifier(hidden_units=[8], feature_columns=columns,
+                                                                   config=config, **o),
+    "LinearRegressor": lambda config, **o: tf.estimator.LinearRegressor(feature_columns=columns, config=config, **o),
+    "DNNLinearCombinedClassifier": lambda config, **o: tf.estimator.DNNLinearCombinedClassifier(
+        linear_feature_columns=columns, dnn_feature_columns=columns, dnn_hidden_units=[8], config=config, **o),
+}
+differences = {}
+for name, make in cases.items():
+    explicit = {parameter: made(name, default, rate)
+                for parameter, _position, default, rate, _part in K.CANNED_ESTIMATOR_OPTIMIZERS["tensorflow.estimator." + name]}
+    default = weights(make)
+    given = weights(lambda config: make(config, **explicit))
+    assert set(default) == set(given) and default, (sorted(default), sorted(given))
+    differences[name] = max(float(np.max(np.abs(default[k] - given[k]))) for k in default)
+print(json.dumps(differences))
+'''
+
+
+def test_the_tf2_callable_wrapped_optimizer_trains_exactly_as_the_string_on_one_card():
+    done = subprocess.run([sys.executable, "-c", SAME_TRAINING_V2], capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    differences = json.loads(done.stdout.strip().splitlines()[-1])
+    assert differences == {"DNNClassifier": 0.0, "LinearRegressor": 0.0, "DNNLinearCombinedClassifier": 0.0}
+
+
 # ------------------------------------------------------------------------ on 2 ranks
 
 
