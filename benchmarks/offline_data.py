@@ -588,6 +588,18 @@ def install(home: str) -> None:
     _mock_tensorflow_datasets()
     _serve_tf1_mnist_loader()
     _answer_pip_offline()
+    _restore_numpy_aliases()
+
+
+# NumPy's aliases of the builtins, deprecated in 1.20 and removed in 1.24: the notebooks of that era (and
+# the helper modules their books ship) read them (``y.astype(np.int)``), as their authors ran them.
+_NUMPY_ALIASES = {"int": int, "float": float, "bool": bool, "object": object, "complex": complex, "str": str}
+
+
+def _restore_numpy_aliases() -> None:
+    for name, builtin in _NUMPY_ALIASES.items():
+        if name not in np.__dict__:
+            setattr(np, name, builtin)
 
 
 # The folder of the tables this process serves (install's home), None before install.
