@@ -98,7 +98,7 @@ def _reads(context, batch: str, steps: Sequence[Step], depth: int = _DEPTH, own:
             if not isinstance(node, ast.Call):
                 continue
             read = _sizing_read(context, node, batch, graph_only)
-            if read is not None:
+            if read is not None and not (graph_only and _a_tensor_there(context, batch, cell, read.lineno)):
                 yield cell, facts, read
             if depth > 1 and isinstance(node.func, ast.Name):
                 called = context.facts.function(node.func.id)
@@ -121,6 +121,15 @@ def _given_as_a_size(context, call: ast.Call, called, batch: str, depth: int) ->
         named = _named(argument, batch)
         if named is not None and any(_reads(context, parameter, [(c_cell, c_facts, function)], depth - 1, own=function)):
             yield named
+
+
+def _a_tensor_there(context, name: str, cell: int, line: int) -> bool:
+    """Is ``name`` bound, where a TF1 cell builds the graph, to a TensorFlow value (the capsule network's
+    ``batch_size = tf.shape(X)[0]``)? It is then the batch the graph is fed, which follows the split."""
+    value = context.facts.bound_before(name, cell, line, None)
+    return value is not None and any(
+        isinstance(node, ast.Call) and context.facts.resolve(dotted_name(node.func) or "").startswith("tensorflow.")
+        for node in ast.walk(value))
 
 
 def _slice_bound_reads(part: ast.Slice, batch: str, local_values) -> Iterator[ast.Name]:

@@ -1075,6 +1075,45 @@ class MissingShard(Rule):
             "        for X_batch, y_batch in shuffle_batch(X_train[int(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', '1'))], y_train[int(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', '1'))], batch_size // int(os.getenv('RANK_SIZE', '1'))):\n"
             '            sess.run(training_op, feed_dict={X: X_batch, y: y_batch})\n',
         ),
+        # A TF1 graph whose batch size is read from the input's shape (Hands-On ML's capsule network:
+        # ``batch_size = tf.shape(X)[0]``): what it sizes follows the fed batch; only the feed is split.
+        Example(
+            'import numpy as np\n'
+            'import tensorflow as tf\n'
+            'from tensorflow.examples.tutorials.mnist import input_data\n'
+            'mnist = input_data.read_data_sets("/tmp/data/")\n'
+            'X = tf.placeholder(tf.float32, [None, 784])\n'
+            'batch_size = tf.shape(X)[0]\n'
+            'raw_weights = tf.zeros([batch_size, 10], dtype=np.float32)\n'
+            'loss = tf.reduce_mean(tf.square(tf.layers.dense(X, 10) + raw_weights))\n'
+            'training_op = tf.train.AdamOptimizer().minimize(loss)\n'
+            'init = tf.global_variables_initializer()\n'
+            '# %%\n'
+            'batch_size = 50\n'
+            'with tf.Session() as sess:\n'
+            '    init.run()\n'
+            '    for iteration in range(100):\n'
+            '        X_batch, y_batch = mnist.train.next_batch(batch_size)\n'
+            '        sess.run(training_op, feed_dict={X: X_batch})\n',
+            'import numpy as np\n'
+            'import tensorflow as tf\n'
+            'import os\n'
+            'from tensorflow.examples.tutorials.mnist import input_data\n'
+            'mnist = input_data.read_data_sets("/tmp/data/", seed=1234)\n'
+            'X = tf.placeholder(tf.float32, [None, 784])\n'
+            'batch_size = tf.shape(X)[0]\n'
+            'raw_weights = tf.zeros([batch_size, 10], dtype=np.float32)\n'
+            'loss = tf.reduce_mean(tf.square(tf.layers.dense(X, 10) + raw_weights))\n'
+            'training_op = tf.train.AdamOptimizer().minimize(loss)\n'
+            'init = tf.global_variables_initializer()\n'
+            '# %%\n'
+            'batch_size = 50\n'
+            'with tf.Session() as sess:\n'
+            '    init.run()\n'
+            '    for iteration in range(100):\n'
+            "        X_batch, y_batch = [part[int(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', '1'))] for part in mnist.train.next_batch(batch_size)]\n"
+            '        sess.run(training_op, feed_dict={X: X_batch})\n',
+        ),
         # The global batch given to the step as an argument that sizes its noise: the argument follows the split
         # (the step's own parameter is left as it is); a sample drawn outside the batches' loop keeps its size.
         Example(
