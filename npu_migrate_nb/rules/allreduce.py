@@ -1010,6 +1010,8 @@ class MissingAllreduce(Rule):
                 continue
             if id(site.node) in aggregated:
                 continue  # applied by a wrapped optimizer, which all-reduces them (another loop is not)
+            if _all_reduced_already(context, facts, site):
+                continue  # another training's step is missing, not this one's: aggregate once
             sources = site.argument(1, "sources")
             if sources is not None and not_variables(context, facts, site, sources):
                 continue  # an input's gradient: each rank's own samples, not to be averaged across ranks
@@ -1084,6 +1086,21 @@ def _last_compile_of(context, model: ast.Name, before: Tuple[int, int]):
                 if site.receiver is not None and dotted_name(site.receiver) == model.id
                 and (cell, site.node.lineno) <= before]
     return compiles[-1] if compiles else None
+
+
+def _all_reduced_already(context, facts: CellFacts, site: CallSite) -> bool:
+    """Is this gradient all-reduced where it is made: inside an all-reduce call, or its name given to one
+    after it in the same scope (``grads = npu.distribute.all_reduce(grads, ...)``)?"""
+    if site.argument_of is not None and context.facts.resolve(site.argument_of.dotted) in K.ALLREDUCE_FORMS:
+        return True
+    target = single_target(site.stmt)
+    if target is None or site.stmt.value is not site.node:
+        return False
+    return any(
+        call.function == site.function and call.node.lineno > site.node.lineno
+        and context.facts.resolve(call.dotted) in K.ALLREDUCE_FORMS
+        and any(isinstance(argument, ast.Name) and argument.id == target for argument in call.node.args)
+        for call in facts.calls)
 
 
 def _canned_optimizers(context, v2: Optional[bool] = None):
