@@ -181,6 +181,30 @@ AN_UNKNOWN_CANNED_STRING_BESIDE_A_LOOP = Notebook("<example>", [
                     "for step, (batch_x, batch_y) in enumerate(train_data.take(training_steps), 1):\n"
                     "    run_optimization(batch_x, batch_y)\n")])
 
+# An optimizer compiled unwrapped, then applied by a custom step of a later cell: the fix wraps it, and
+# the step is not all-reduced as well (found by hypothesis: double-allreduce).
+A_COMPILED_OPTIMIZER_APPLIED_BY_A_LATER_STEP = Notebook("<example>", [
+    Cell(0, "code", "optimizer = tf.keras.optimizers.SGD(1e-5, momentum=0.9)\nmodel.compile(loss='mse', optimizer=optimizer)\n"
+                    "model.fit(train_set, epochs=10)\n"),
+    Cell(1, "code", "def train_step(real):\n    with tf.GradientTape() as tape:\n"
+                    "        loss = d_loss(discriminator(real))\n"
+                    "    grads = tape.gradient(loss, discriminator.trainable_variables)\n"
+                    "    optimizer.apply_gradients(zip(grads, discriminator.trainable_variables))\n")])
+# Horovod's optimizer beside a custom loop applying another optimizer and a canned Estimator: what Horovod
+# does not aggregate is fixed in the first pass, not only once Horovod is converted (found by hypothesis:
+# a second fix added the loop's all_reduce and the Estimator's wrapper).
+HOROVOD_BESIDE_A_LOOP_AND_A_CANNED_ESTIMATOR = Notebook("<example>", [
+    Cell(0, "code", "@tf.function\ndef train_step(images):\n    with tf.GradientTape() as tape:\n"
+                    "        loss = d_loss(discriminator(images))\n"
+                    "    grads = tape.gradient(loss, discriminator.trainable_variables)\n"
+                    "    optimizer.apply_gradients(zip(grads, discriminator.trainable_variables))\n"
+                    "def train(dataset, epochs):\n    for epoch in range(epochs):\n        for image_batch in dataset:\n"
+                    "            train_step(image_batch)\n"),
+    Cell(1, "code", "import tensorflow as tf\nimport horovod.tensorflow.keras as hvd\n"
+                    "opt = hvd.DistributedOptimizer(tf.keras.optimizers.SGD(0.01), op=hvd.Sum)\n"),
+    Cell(2, "code", "import tensorflow as tf\nmodel = tf.compat.v1.estimator.DNNClassifier(hidden_units=[8], "
+                    "feature_columns=columns, optimizer='Adagrad')\nmodel.train(input_fn=train_input_fn, steps=50)\n")])
+
 INDENTED_MAGICS_IN_AN_EDITED_CELL = Notebook("<example>", [Cell(0, "code", (
     "import tensorflow as tf\n"
     "def train_input_fn():\n"
@@ -382,6 +406,7 @@ ESTIMATOR_AND_KERAS_NEVER_IMPORTED = Notebook("<example>", [
 @example(THE_ADAPTERS_ALIAS_NOT_IMPORTED)
 @example(HOROVOD_SUM_REBINDS_AN_OPTIMIZER)
 @example(AN_UNKNOWN_CANNED_STRING_BESIDE_A_LOOP)
+@example(HOROVOD_BESIDE_A_LOOP_AND_A_CANNED_ESTIMATOR)
 def test_fix_is_idempotent(notebook):
     first = fix_notebook(notebook, analyze(notebook))
     fixed = Notebook(notebook.path, [Cell(c.index, c.cell_type, first.sources.get(c.index, c.source)) for c in notebook.cells])
@@ -409,6 +434,7 @@ A_WRAPPED_LOOP_AND_AN_UNWRAPPED_COMPILE = Notebook("<example>", [
 @example(FIT_BEFORE_ANY_IMPORT)
 @example(ADAPTER_IMPORTED_AFTER_TENSORFLOW)
 @example(IMPORT_IN_THE_MIDDLE_OF_A_GUARDED_FIRST_CELL)
+@example(A_COMPILED_OPTIMIZER_APPLIED_BY_A_LATER_STEP)
 def test_fix_keeps_every_invariant(notebook):
     """No new undefined name, no batch of 0, no tensor broadcast, no gradient aggregated twice."""
     for ranks in (2, 8):

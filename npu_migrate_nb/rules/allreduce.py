@@ -6,7 +6,7 @@ import ast
 from typing import Iterable, Iterator, List, Optional, Tuple
 
 from .. import knowledge as K
-from ..facts import CallSite, CellFacts, dotted_name
+from ..facts import CallSite, CellFacts, dotted_name, receiver_name
 from ..findings import NEEDS_DENSE_GRADIENTS, NEEDS_NPU_BRIDGE, NEEDS_NPU_DEVICE, NEEDS_OS, Edit, Finding
 from ..learning_rules import EXAMPLE_RBM, EXAMPLE_RBM_PARTS, LEARNING_RULE, rule_updates
 from ..analysis import is_distributed_argument
@@ -15,7 +15,7 @@ from .base import Example, Rule, add_argument, insert_after, keras_prefix, repla
 from .not_data_parallel import trained_agents
 from .keras_defaults import KERAS_DEFAULT_OPTIMIZER, default_optimizer_argument
 from .reduction import SUM, reduction_for
-from .reduction_mismatch import gradients_of_wrapped_optimizers, wrapper_reduction_for
+from .reduction_mismatch import gradients_applied_by, gradients_of_wrapped_optimizers, wrapper_reduction_for
 from .sources import applied_by_the_compiled_optimizer, not_variables, only_shown
 
 TF1_WRAPPER = "npu_distributed_optimizer_wrapper"
@@ -741,10 +741,8 @@ class MissingAllreduce(Rule):
     def check(self, context) -> Iterable[Finding]:
         if context.steps["allreduce"] != "missing":
             return []
-        if _horovod_optimizer(context):  # horovod-leftover converts it; a compile given a plain optimizer is ours
-            if "keras" not in context.frameworks or context.tf1:
-                return []
-            return list(self._wrap_compiled_optimizers(context, only_unwrapped=True))
+        if _horovod_optimizer(context):  # horovod-leftover converts it; what it does not aggregate is ours
+            return self._beside_horovod(context)
         findings: List[Finding] = list(self._set_is_distributed(context))
         if context.tf1:
             findings += self._all_reduce_symbolic_gradients(context)
@@ -768,6 +766,23 @@ class MissingAllreduce(Rule):
             context, _("gradients are not aggregated across ranks, and neither the optimizer nor the gradient "
                        "computation was recognized")
         )
+
+    def _beside_horovod(self, context) -> List[Finding]:
+        """The trainings Horovod's optimizer does not aggregate (horovod-leftover turns it into the
+        adapter's): a compile given a plain optimizer, a canned Estimator's own, a TF2 loop's gradients
+        applied by another optimizer than Horovod's, through a plain tape. The same findings as once
+        Horovod is converted: a second fix adds nothing."""
+        if context.tf1:
+            return []
+        findings: List[Finding] = []
+        if "keras" in context.frameworks:
+            findings += self._wrap_compiled_optimizers(context, only_unwrapped=True)
+        if "estimator" in context.frameworks:
+            findings += self._canned_estimator_optimizers(context, only_v1=True)
+            findings += self._canned_estimator_keras_optimizers(context)
+        if "custom-loop" in context.frameworks:
+            findings += self._all_reduce_gradients(context, beside_horovod=True)
+        return findings
 
     # -- Keras models made Estimators: the compiled optimizer, as the tf.compat.v1 one the clone reuses
     def _keras_models_as_estimators(self, context) -> Iterator[Finding]:
@@ -1003,8 +1018,12 @@ class MissingAllreduce(Rule):
         return self.finding(cell, facts, optimizer, message, [wrap(cell, facts, optimizer, wrapper, [needs], extra)])
 
     # -- TF2 custom loops: all-reduce right after tape.gradient
-    def _all_reduce_gradients(self, context) -> Iterator[Finding]:
-        aggregated = gradients_of_wrapped_optimizers(context)
+    def _all_reduce_gradients(self, context, beside_horovod: bool = False) -> Iterator[Finding]:
+        """``beside_horovod``: leave the gradients Horovod aggregates (its optimizer applies them, or its
+        tape takes them)."""
+        aggregated = gradients_of_wrapped_optimizers(context) | _gradients_of_optimizers_compile_fixes_wrap(context)
+        if beside_horovod:
+            aggregated |= _gradients_horovod_aggregates(context)
         for cell, facts, site in context.facts.calls("gradient"):
             if site.receiver is None or len(site.node.args) + len(site.node.keywords) < 2:
                 continue
@@ -1086,6 +1105,48 @@ def _last_compile_of(context, model: ast.Name, before: Tuple[int, int]):
                 if site.receiver is not None and dotted_name(site.receiver) == model.id
                 and (cell, site.node.lineno) <= before]
     return compiles[-1] if compiles else None
+
+
+def _gradients_horovod_aggregates(context) -> set:
+    """The ids of the tape.gradient calls Horovod aggregates: applied by a name bound to its optimizer, or
+    taken by a tape bound to its ``DistributedGradientTape``."""
+    horovod = _names_bound_to_horovod(context)
+    found = {id(gradient.node) for _facts, gradient in gradients_applied_by(context, horovod)}
+    found |= {id(site.node) for _cell, _facts, site in context.facts.calls("gradient")
+              if isinstance(site.receiver, ast.Name) and site.receiver.id in horovod}
+    return found
+
+
+def _names_bound_to_horovod(context) -> set:
+    names = set()
+    for _cell, facts in context.facts.cells:
+        for name, assignments in facts.assignments.items():
+            if any(isinstance(a.value, ast.Call)
+                   and context.facts.resolve(dotted_name(a.value.func) or "").startswith("horovod.") for a in assignments):
+                names.add(name)
+    return names
+
+
+def _gradients_of_optimizers_compile_fixes_wrap(context) -> set:
+    """The ids of the tape.gradient calls applied by an optimizer that a Keras compile is given unwrapped:
+    the fix wraps that object (where it is made, with the loop's reduction), and the wrapper all-reduces
+    what the loop applies too; an all_reduce in the loop as well would aggregate twice."""
+    if "keras" not in context.frameworks:
+        return set()
+    compiled = {}  # name -> the values it was bound to where a compile was given it unwrapped
+    for cell, _facts, site in context.facts.calls("compile"):
+        given = site.argument(0, "optimizer")
+        if isinstance(given, ast.Name) and _compile_wrapped(context, cell, site) is False:
+            value = context.facts.bound_before(given.id, cell, site.node.lineno, site.function)
+            if value is not None:
+                compiled.setdefault(given.id, []).append(value)
+
+    def same_object(cell, apply) -> bool:  # the apply's name stands for the compiled binding there
+        name = receiver_name(apply)
+        value = context.facts.bound_before(name, cell, apply.node.lineno, None)
+        return any(value is bound for bound in compiled.get(name, ()))
+
+    return {id(gradient.node) for _facts, gradient in gradients_applied_by(context, set(compiled), where=same_object)}
 
 
 def _all_reduced_already(context, facts: CellFacts, site: CallSite) -> bool:

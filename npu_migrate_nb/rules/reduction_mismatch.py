@@ -95,7 +95,7 @@ class ReductionMismatch(Rule):
         """The optimizer wrapper all-reduces with ``reduce_reduction`` ("mean" by default) in
         ``apply_gradients``: in a custom loop, the gradients it gets decide which reduction is right."""
         for cell, facts, site in context.facts.calls_to(WRAPPER.qualified):
-            for g_facts, gradient in _gradients_applied_by(context, _names_of_wrapped(site), after=(cell, site.node.lineno)):
+            for g_facts, gradient in gradients_applied_by(context, _names_of_wrapped(site), after=(cell, site.node.lineno)):
                 yield from self._mismatch(context, cell, facts, site, g_facts, gradient,
                                           "npu_distributed_keras_optimizer_wrapper", WRAPPER)
                 break
@@ -168,7 +168,7 @@ def gradients_of_wrapped_optimizers(context) -> set:
     all-reduces them in ``apply_gradients``, so an all_reduce as well would aggregate them twice."""
     found = set()
     for cell, _facts, site in context.facts.calls_to(WRAPPER.qualified):
-        for _g_facts, gradient in _gradients_applied_by(context, _names_of_wrapped(site), after=(cell, site.node.lineno)):
+        for _g_facts, gradient in gradients_applied_by(context, _names_of_wrapped(site), after=(cell, site.node.lineno)):
             found.add(id(gradient.node))
     return found
 
@@ -176,12 +176,12 @@ def gradients_of_wrapped_optimizers(context) -> set:
 def wrapper_reduction_for(context, names: set) -> Optional[str]:
     """The reduction a wrapper of the optimizer these names hold needs, when a custom loop applies
     gradients with it (the loss decides, as for all_reduce); None when none does."""
-    for g_facts, gradient in _gradients_applied_by(context, names):
+    for g_facts, gradient in gradients_applied_by(context, names):
         return reduction_for(context, g_facts, gradient)[0]
     return None
 
 
-def _gradients_applied_by(context, names: set, after: Optional[tuple] = None) -> Iterator:
+def gradients_applied_by(context, names: set, after: Optional[tuple] = None, where=None) -> Iterator:
     """(facts, tape.gradient call) for each ``<name>.apply_gradients(zip(grads, ...))`` of these names;
     ``after``: (cell, line) of the wrapper, so that an optimizer the name held before it is not judged
     (a later cell that rebinds ``opt`` to a new wrapper, found by hypothesis)."""
@@ -190,6 +190,8 @@ def _gradients_applied_by(context, names: set, after: Optional[tuple] = None) ->
             continue
         if after is not None and (cell, apply.node.lineno) < after:
             continue
+        if where is not None and not where(cell, apply):
+            continue  # the caller's test of this apply (the binding its name stands for there)
         pairs = apply.argument(0, "grads_and_vars")
         if isinstance(pairs, ast.Call) and isinstance(pairs.func, ast.Name) and pairs.func.id == "zip" and pairs.args:
             gradient = _gradient_of(facts, apply, pairs.args[0])
