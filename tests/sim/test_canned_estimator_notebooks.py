@@ -88,6 +88,25 @@ def test_the_table_of_canned_optimizers_is_the_installed_estimators_own():
     assert set(K.CANNED_OPTIMIZER_STRINGS) == set(optimizers._OPTIMIZER_CLS_NAMES)
 
 
+# Both ways of training on one card: the same data, two train calls (two graphs: one optimizer object
+# serves both), the model's weights without the optimizer's slots.
+TRAINED_TWICE = r'''
+rng = np.random.RandomState(0)
+x = rng.rand(64, 4).astype(np.float32)
+y = (x.sum(axis=1) > 2).astype(np.int32)
+columns = [tf.feature_column.numeric_column("x", shape=[4])]
+
+def input_fn():
+    return tf.data.Dataset.from_tensor_slices(({"x": x}, y)).repeat().batch(16)
+
+def weights(make):
+    estimator = make(tf.estimator.RunConfig(tf_random_seed=7))
+    estimator.train(input_fn, steps=3)
+    estimator.train(input_fn, steps=3)
+    return {n: estimator.get_variable_value(n) for n in estimator.get_variable_names()
+            if "Adagrad" not in n and "Ftrl" not in n and "training" not in n}
+'''
+
 SAME_TRAINING = r'''
 import json, os
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
@@ -99,20 +118,7 @@ from npu_migrate_nb.sim import adapter
 assert adapter.enable()
 from npu_bridge.npu_init import npu_distributed_optimizer_wrapper
 v1 = tf.compat.v1
-rng = np.random.RandomState(0)
-x = rng.rand(64, 4).astype(np.float32)
-y = (x.sum(axis=1) > 2).astype(np.int32)
-columns = [tf.feature_column.numeric_column("x", shape=[4])]
-
-def input_fn():
-    return tf.data.Dataset.from_tensor_slices(({"x": x}, y)).repeat().batch(16)
-
-def weights(make):
-    estimator = make(v1.estimator.RunConfig(tf_random_seed=7))
-    estimator.train(input_fn, steps=3)
-    estimator.train(input_fn, steps=3)  # a second graph: the one optimizer object serves both
-    return {n: estimator.get_variable_value(n) for n in estimator.get_variable_names()
-            if "Adagrad" not in n and "Ftrl" not in n}
+''' + TRAINED_TWICE + r'''
 
 wrapped = lambda cls, rate: npu_distributed_optimizer_wrapper(getattr(v1.train, cls)(learning_rate=rate))
 cases = {
@@ -156,20 +162,7 @@ from npu_migrate_nb.sim import adapter
 assert adapter.enable()
 import npu_device as npu
 from npu_migrate_nb import knowledge as K
-rng = np.random.RandomState(0)
-x = rng.rand(64, 4).astype(np.float32)
-y = (x.sum(axis=1) > 2).astype(np.int32)
-columns = [tf.feature_column.numeric_column("x", shape=[4])]
-
-def input_fn():
-    return tf.data.Dataset.from_tensor_slices(({"x": x}, y)).repeat().batch(16)
-
-def weights(make):
-    estimator = make(tf.estimator.RunConfig(tf_random_seed=7))
-    estimator.train(input_fn, steps=3)
-    estimator.train(input_fn, steps=3)
-    return {n: estimator.get_variable_value(n) for n in estimator.get_variable_names()
-            if "Adagrad" not in n and "Ftrl" not in n and "training" not in n}
+''' + TRAINED_TWICE + r'''
 
 def made(name, string, rate):
     cls = getattr(tf.compat.v1.keras.optimizers, K.CANNED_V2_OPTIMIZER_CLASSES[string])
