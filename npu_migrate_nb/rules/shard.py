@@ -1602,7 +1602,7 @@ class MissingShard(Rule):
                 continue
             feed = _training_feed(context, site)
             fed = {value.id for value in feed.values if isinstance(value, ast.Name)} if feed is not None else set()
-            picked = _helper_batches_trained_on(context, facts, loop, fed) if isinstance(loop, ast.For) else []
+            picked = _helper_batches_trained_on(context, facts, loop, lambda fed=fed: fed) if isinstance(loop, ast.For) else []
             found = self._shard_helper_arguments(context, cell, facts, loop, [c for c, _i, _u in picked]) \
                 if picked else None
             if found is not None:
@@ -1679,7 +1679,7 @@ class MissingShard(Rule):
             for loop in facts.nodes(ast.For):
                 if id(loop) in loops:
                     continue
-                calls = _helper_batches_trained_on(context, facts, loop, _names_trained_on(context, loop))
+                calls = _helper_batches_trained_on(context, facts, loop, lambda loop=loop: _names_trained_on(context, loop))
                 if not calls:
                     continue
                 loops.update(id(inner) for inner in ast.walk(loop) if isinstance(inner, ast.For))
@@ -2131,11 +2131,11 @@ def _rows_picked(function: ast.FunctionDef) -> Set[str]:
     return picked
 
 
-def _helper_batches_trained_on(context, facts: CellFacts, loop: ast.For, trained: Set[str]) -> List[Tuple[ast.Call, bool, bool]]:
+def _helper_batches_trained_on(context, facts: CellFacts, loop: ast.For, trained) -> List[Tuple[ast.Call, bool, bool]]:
     """(call, iterated, unpacked) for each call in ``loop`` of a notebook function picking rows whose
-    results the loop trains on (``trained``, names): bound by an assignment (to a tuple of names:
-    ``unpacked``), or iterated by the loop itself or one in it."""
-    found = []
+    results the loop trains on (``trained()``, the names, asked only when a helper call is there): bound
+    by an assignment (to a tuple of names: ``unpacked``), or iterated by the loop itself or one in it."""
+    found, names_trained = [], None
     for node in ast.walk(loop):
         if isinstance(node, ast.Assign) and len(node.targets) == 1:
             target, call, iterated = node.targets[0], node.value, False
@@ -2145,12 +2145,12 @@ def _helper_batches_trained_on(context, facts: CellFacts, loop: ast.For, trained
             continue
         if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)):
             continue
-        names = {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
-        if not names & trained:
-            continue
         helper = context.facts.function(call.func.id)
-        if helper is not None and isinstance(helper[2], ast.FunctionDef) and _rows_picked(helper[2]) \
-                and (iterated or _returns_rows(context, call)):
+        if helper is None or not isinstance(helper[2], ast.FunctionDef) or not _rows_picked(helper[2]) \
+                or not (iterated or _returns_rows(context, call)):
+            continue
+        names_trained = trained() if names_trained is None else names_trained
+        if {n.id for n in ast.walk(target) if isinstance(n, ast.Name)} & names_trained:
             found.append((call, iterated, isinstance(target, ast.Tuple)))
     return found
 
