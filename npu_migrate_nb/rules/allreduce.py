@@ -750,7 +750,7 @@ class MissingAllreduce(Rule):
             findings += self._canned_estimator_optimizers(context)
         elif "estimator" in context.frameworks:  # the Estimator part of TF2 code trains in a TF1 graph
             findings += self._wrap_tf1_optimizers(context, only_in=_model_fns(context))
-            findings += self._canned_estimator_optimizers(context, only_v1=True)
+            findings += self._canned_estimator_optimizers(context)
             findings += self._canned_estimator_keras_optimizers(context)
         if "estimator" in context.frameworks:
             findings += self._keras_models_as_estimators(context)
@@ -778,7 +778,7 @@ class MissingAllreduce(Rule):
         if "keras" in context.frameworks:
             findings += self._wrap_compiled_optimizers(context, only_unwrapped=True)
         if "estimator" in context.frameworks:
-            findings += self._canned_estimator_optimizers(context, only_v1=True)
+            findings += self._canned_estimator_optimizers(context)
             findings += self._canned_estimator_keras_optimizers(context)
         if "custom-loop" in context.frameworks:
             findings += self._all_reduce_gradients(context, beside_horovod=True)
@@ -870,24 +870,18 @@ class MissingAllreduce(Rule):
             yield self.finding(cell, facts, site.node, message, [edit])
 
     # -- TF1 canned Estimators: the optimizer they would build from a string, explicit and wrapped
-    def _canned_estimator_optimizers(self, context, only_v1: bool = False) -> Iterator[Finding]:
-        """``only_v1``: only the Estimators spelled from tf.compat.v1 (TF2's own take Keras optimizers)."""
-        for cell, facts, site in context.facts.calls_to(*K.CANNED_ESTIMATOR_OPTIMIZERS):
-            if only_v1 and "compat.v1" not in _written(context, site) and not _from_a_v1_alias(context, site):
-                continue
-            for parameter in K.CANNED_ESTIMATOR_OPTIMIZERS[context.facts.resolve(site.dotted)]:
-                name, position, default, learning_rate, part = parameter
-                if part is not None and _is_none(site.argument(part[1], part[0])):
-                    continue  # that part of the model, and its optimizer, is not built
-                given = site.argument(position, name)
-                if given is None or _is_string(given):
-                    yield self._explicit_canned_optimizer(context, cell, facts, site, parameter, given)
-                elif not _reaches_tf1_optimizer(context, given):  # else _wrap_tf1_optimizers wraps it
-                    yield self.finding(
-                        cell, facts, given,
-                        _("gradients are not aggregated across ranks: wrap the optimizer given to {method} "
-                          "with {wrapper} where it is created").format(method=site.method, wrapper=TF1_WRAPPER),
-                    )
+    def _canned_estimator_optimizers(self, context) -> Iterator[Finding]:
+        """TF1's canned Estimators (every one in TF1 code; in TF2 code, those spelled from tf.compat.v1:
+        TF2's own take Keras optimizers)."""
+        for cell, facts, site, parameter, given in _canned_optimizers(context, v2=False):
+            if given is None or _is_string(given):
+                yield self._explicit_canned_optimizer(context, cell, facts, site, parameter, given)
+            elif not _reaches_tf1_optimizer(context, given):  # else _wrap_tf1_optimizers wraps it
+                yield self.finding(
+                    cell, facts, given,
+                    _("gradients are not aggregated across ranks: wrap the optimizer given to {method} "
+                      "with {wrapper} where it is created").format(method=site.method, wrapper=TF1_WRAPPER),
+                )
 
     # -- TF2 canned Estimators: their Keras optimizer, wrapped where it is made
     def _canned_estimator_keras_optimizers(self, context) -> Iterator[Finding]:
