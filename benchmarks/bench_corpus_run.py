@@ -78,12 +78,13 @@ CHECKS = ("broadcast", "allreduce", "shard")
 # Reads from the network or from files no notebook of the corpus makes (besides Keras' dataset
 # loaders and the tables of offline_data.TABLES, which offline_data serves): a notebook with one of
 # these is left out, with the match.
+_REMOTE_FILE = ("reads a remote file", r"['\"](https?|gs)://[^'\"]+\.(csv|txt|zip|gz|tgz|json|npz|npy|h5|jpg|png|wav)['\"]")
 _NETWORK = (
     ("downloads a file", r"\bget_file\s*\("),
     ("loads a TensorFlow Hub model", r"\bhub\s*\.\s*(load|KerasLayer|Module)\b|tfhub\.dev"),
     ("downloads with urllib or requests", r"\burlretrieve\s*\(|\burlopen\s*\(|\brequests\s*\.\s*get\s*\("),
     ("downloads with a shell command", r"^\s*!\s*(wget|curl|gsutil|git\s+clone|kaggle)\b"),
-    ("reads a remote file", r"['\"](https?|gs)://[^'\"]+\.(csv|txt|zip|gz|tgz|json|npz|npy|h5|jpg|png|wav)['\"]"),
+    _REMOTE_FILE,
     ("runs on Colab only", r"\bgoogle\.colab\b"),
     ("needs a TPU", r"TPUClusterResolver\s*\(\s*\)|\bTPUStrategy\s*\("),
     ("starts parameter servers or workers of its own", r"\bportpicker\b|\bcreate_local_server\b|TF_CONFIG"),
@@ -107,10 +108,35 @@ def code_of(notebook: Notebook) -> str:
     return "\n".join(cell.source for cell in notebook.code_cells)
 
 
+def modules_beside(notebook: Notebook) -> Dict[str, Path]:
+    """The modules of the notebook's folder it imports, and the ones those import (a book's ``mnist.py``
+    importing its ``download.py``): its kernel, started there, imports them. Name -> file."""
+    folder = Path(notebook.path).parent if notebook.path else None
+    found: Dict[str, Path] = {}
+    pending = sorted(imported_modules(code_of(notebook)))
+    while folder is not None and pending:
+        name = pending.pop(0)
+        module = folder / f"{name}.py"
+        if name not in found and module.is_file():
+            found[name] = module
+            pending += sorted(imported_modules(module.read_text(errors="replace")))
+    return found
+
+
+def code_run(notebook: Notebook) -> str:
+    """The code a run of the notebook executes that can be read: its cells, then the modules beside it."""
+    return "\n".join([code_of(notebook), *(module.read_text(errors="replace") for module in modules_beside(notebook).values())])
+
+
 def left_out_because(notebook: Notebook) -> Optional[str]:
-    """Why this notebook cannot run offline on this machine, or None."""
+    """Why this notebook cannot run offline on this machine, or None. Imports are read in the modules
+    beside it too, and so are the data files they name by URL; their download calls are not (a helper
+    builds its URLs at run time: a download that is not served fails there, and the notebook is left
+    out as failing on one card, with the URL)."""
     source = code_of(notebook)
-    missing = sorted(name for name in imported_modules(source) if not _importable(name))
+    beside = modules_beside(notebook)
+    imported = imported_modules(code_run(notebook))
+    missing = sorted(name for name in imported if name not in beside and not _importable(name))
     if missing:
         return f"needs {', '.join(missing)} (not installed)"
     unserved = without_served_tables(source)
@@ -118,7 +144,26 @@ def left_out_because(notebook: Notebook) -> Optional[str]:
         found = re.search(pattern, unserved, re.MULTILINE)
         if found:
             return f"{reason} ({found.group(0).strip()[:60]})"
+    for module in beside.values():
+        for literal in _string_literals(module.read_text(errors="replace")):
+            found = re.search(_REMOTE_FILE[1], without_served_tables(repr(literal)))
+            if found:
+                return f"{_REMOTE_FILE[0]} in {module.name} ({found.group(0).strip()[:60]})"
     return None
+
+
+def _string_literals(code: str) -> List[str]:
+    """The strings a module's code holds, without its docstrings (a helper's docstring gives an example
+    URL it never reads)."""
+    import ast
+
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return []
+    docstrings = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Expr)}
+    return [node.value for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings]
 
 
 _URL_LITERAL = re.compile(r"""(['"])((?:https?|gs)://[^'"\s]+)\1""")
@@ -127,7 +172,7 @@ _URL_LITERAL = re.compile(r"""(['"])((?:https?|gs)://[^'"\s]+)\1""")
 def without_served_tables(source: str) -> str:
     """The code without the reads of tables offline_data serves: their URLs, a ``get_file`` whose origin
     is one (as a literal or a name bound to one), a ``!wget`` of them. Any other download stays."""
-    served = {url for url in re.findall(r"""(?:https?|gs)://[^'"\s]+""", source) if offline_data.table_for(url)}
+    served = {url for url in re.findall(r"""(?:https?|gs)://[^'"\s]+""", source) if offline_data.is_served(url)}
     bound: Dict[str, set] = {}  # name -> the values assigned to it
     for found in re.finditer(r"^\s*(\w+)\s*=(?!=)\s*(.*?)\s*$", source, re.MULTILINE):
         bound.setdefault(found.group(1), set()).add(found.group(2))
@@ -412,7 +457,7 @@ def measure(path: Path, ranks: int, timeout: float, work_root: str, data_root: s
     if not selection.runnable:
         return record
     notebook = load(str(path))
-    source = code_of(notebook)
+    source = code_run(notebook)
     record.offline = offline_data.sizes_for(source)
     home = offline_data.home_for(data_root, record.offline)
     folder = tempfile.mkdtemp(prefix="nb-", dir=work_root)
@@ -426,7 +471,10 @@ def measure(path: Path, ranks: int, timeout: float, work_root: str, data_root: s
         offline_data.write_notebook_files(folder, source)
         unfixed_path = os.path.join(folder, path.name)
         shutil.copy(path, unfixed_path)
-        keep = {path.name, *offline_data._NOTEBOOK_FILES}
+        beside = modules_beside(notebook)
+        for module in beside.values():
+            shutil.copy(module, os.path.join(folder, module.name))
+        keep = {path.name, *offline_data._NOTEBOOK_FILES, *(module.name for module in beside.values())}
         if not fixed_only:
             record.unfixed = run_on_ranks(unfixed_path, ranks, timeout, home, modes[0])
             _clean_outputs(folder, keep)

@@ -5,7 +5,8 @@ code is left untouched, on a machine with no internet. What the notebooks would 
 here instead, once per folder, in the exact file format each loader reads (the same file names,
 archive layouts, dtypes and per-sample shapes), with random contents:
 
-* ``mnist.npz``, Fashion-MNIST's four ``idx`` files (gzip), CIFAR-10's and CIFAR-100's pickled
+* ``mnist.npz`` and the same samples as MNIST's four ``idx`` files (gzip, served at their public URLs to
+  ``urllib.request.urlretrieve``, which books' download helpers call), Fashion-MNIST's four, CIFAR-10's and CIFAR-100's pickled
   batches (the folders the loaders untar to), ``imdb.npz`` and ``reuters.npz`` with their word
   indexes, ``boston_housing.npz``; scikit-learn's California housing cache (``cal_housing_py3.pkz``);
 * the notebook-made files that a course reads from an earlier notebook (``notMNIST.pickle``);
@@ -15,7 +16,8 @@ archive layouts, dtypes and per-sample shapes), with random contents:
   TensorFlow's iris, titanic and heart tables, the California housing training split, the monthly
   sunspots): each in its real layout (column names and order, header line or none, separator, value
   types, the categories the notebooks use, missing-value markers), served where the notebook reads it:
-  ``pandas.read_csv(url)``, ``tf.keras.utils.get_file(fname, url)``, ``!wget url``.
+  ``pandas.read_csv(url)``, ``tf.keras.utils.get_file(fname, url)``, ``!wget url``,
+  ``urllib.request.urlretrieve(url, filename)``.
 
 Sizes: a tenth of the real sample counts, so that a corpus run stays within an hour on two cores,
 except where the loader itself hard-codes the count (CIFAR-10 fills five batches of 10,000) or the
@@ -45,7 +47,7 @@ import struct
 import tempfile
 import zlib
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterable, Optional
+from typing import Callable, Dict, Iterable, Optional, Tuple
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -148,23 +150,31 @@ def _labels(rng, count: int, classes: int, dtype=np.uint8) -> np.ndarray:
 
 
 def _write_mnist(folder, rng, train, test):
-    np.savez_compressed(
-        os.path.join(folder, "mnist.npz"),
-        x_train=_images(rng, train, (28, 28)), y_train=_labels(rng, train, 10),
-        x_test=_images(rng, test, (28, 28)), y_test=_labels(rng, test, 10),
-    )
+    """``mnist.npz`` (Keras' loader), and the same samples as the four idx files of the original
+    distribution (:data:`SERVED_FILES`: what the notebooks and books reading them by URL download)."""
+    x_train, y_train = _images(rng, train, (28, 28)), _labels(rng, train, 10)
+    x_test, y_test = _images(rng, test, (28, 28)), _labels(rng, test, 10)
+    np.savez_compressed(os.path.join(folder, "mnist.npz"), x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
+    target = os.path.join(folder, "mnist-idx")
+    _write_idx(target, "train", x_train, y_train)
+    _write_idx(target, "t10k", x_test, y_test)
 
 
 def _write_fashion_mnist(folder, rng, train, test):
-    """The four idx files, gzipped: labels after an 8-byte header, images after a 16-byte one."""
     target = os.path.join(folder, "fashion-mnist")
-    os.makedirs(target, exist_ok=True)
     for prefix, count in (("train", train), ("t10k", test)):
         labels, images = _labels(rng, count, 10), _images(rng, count, (28, 28))
-        with gzip.open(os.path.join(target, f"{prefix}-labels-idx1-ubyte.gz"), "wb") as stream:
-            stream.write(struct.pack(">II", 2049, count) + labels.tobytes())
-        with gzip.open(os.path.join(target, f"{prefix}-images-idx3-ubyte.gz"), "wb") as stream:
-            stream.write(struct.pack(">IIII", 2051, count, 28, 28) + images.tobytes())
+        _write_idx(target, prefix, images, labels)
+
+
+def _write_idx(target: str, prefix: str, images: np.ndarray, labels: np.ndarray) -> None:
+    """MNIST's two idx files of a split, gzipped: labels after an 8-byte header, images after a 16-byte one."""
+    os.makedirs(target, exist_ok=True)
+    count, rows, columns = images.shape
+    with gzip.open(os.path.join(target, f"{prefix}-labels-idx1-ubyte.gz"), "wb") as stream:
+        stream.write(struct.pack(">II", 2049, count) + labels.tobytes())
+    with gzip.open(os.path.join(target, f"{prefix}-images-idx3-ubyte.gz"), "wb") as stream:
+        stream.write(struct.pack(">IIII", 2051, count, rows, columns) + images.tobytes())
 
 
 def _pickle_batch(path: str, count: int, rng, labels: Dict[str, int]) -> None:
@@ -550,6 +560,24 @@ TABLES: Dict[str, Table] = {
 }
 
 
+# Dataset files notebooks and their books' helper modules download by URL (``urllib.request.urlretrieve``),
+# served from the files made for the dataset: URL prefix -> (dataset, its folder under ~/.keras/datasets).
+# The file name is the URL's last part.
+SERVED_FILES = {
+    "https://storage.googleapis.com/cvdf-datasets/mnist/": ("mnist", "mnist-idx"),
+    "http://yann.lecun.com/exdb/mnist/": ("mnist", "mnist-idx"),
+    "https://ossci-datasets.s3.amazonaws.com/mnist/": ("mnist", "mnist-idx"),
+}
+
+
+def dataset_file_for(url: str) -> Optional[Tuple[str, str]]:
+    """(dataset, path under ``~/.keras/datasets``) of a dataset file served at ``url``, else None."""
+    for prefix, (dataset, folder) in SERVED_FILES.items():
+        if url.startswith(prefix) and "/" not in url[len(prefix):]:
+            return dataset, os.path.join(folder, url[len(prefix):])
+    return None
+
+
 def table_for(url: str) -> Optional[str]:
     """The name of the table at ``url`` (``http`` or ``https``), else None."""
     address = url.split("://", 1)[-1] if url.startswith(("http://", "https://")) else None
@@ -580,10 +608,11 @@ def install(home: str) -> None:
     TensorFlow Datasets serves its own mock data, a table's URL (``pandas.read_csv``, ``get_file``,
     ``!wget``) gives ``home``'s copy, other downloads raise, ``pip install`` of installed packages is a
     no-op."""
-    global _served_tables
+    global _served_home
     os.environ["HOME"] = home
-    _served_tables = _tables_folder(home)
+    _served_home = home
     _serve_loaders_from(os.path.join(home, ".keras"))
+    _serve_urllib()
     _serve_tables_to_pandas()
     _mock_tensorflow_datasets()
     _serve_tf1_mnist_loader()
@@ -602,19 +631,26 @@ def _restore_numpy_aliases() -> None:
             setattr(np, name, builtin)
 
 
-# The folder of the tables this process serves (install's home), None before install.
-_served_tables: Optional[str] = None
+# The home this process serves (install's), None before install.
+_served_home: Optional[str] = None
+
+
+def is_served(url: str) -> bool:
+    """Whether ``url`` is a table or a dataset file this module makes (where the notebook's code names it)."""
+    return table_for(url) is not None or dataset_file_for(url) is not None
 
 
 def served_file(url: str) -> Optional[str]:
-    """The local copy of the table at ``url``, None when ``url`` is none of :data:`TABLES`; an
+    """The local copy of the table or dataset file at ``url``, None when ``url`` is none of them; an
     ``OfflineError`` when it is one but this home was made without it (its code did not name it)."""
-    name = table_for(url)
-    if name is None:
+    name, dataset_file = table_for(url), dataset_file_for(url)
+    if name is None and dataset_file is None:
         return None
-    path = _table_path(_served_tables or "", name)
-    if _served_tables is None or not os.path.exists(path):
-        raise OfflineError(f"offline: the notebook downloads {url}, a table made only where the code names it")
+    home = _served_home or ""
+    path = (_table_path(_tables_folder(home), name) if name is not None
+            else os.path.join(home, ".keras", "datasets", dataset_file[1]))
+    if _served_home is None or not os.path.exists(path):
+        raise OfflineError(f"offline: the notebook downloads {url}, a file made only where the code names it")
     return path
 
 
@@ -786,6 +822,31 @@ def _serve_loaders_from(root: str) -> None:
     data_utils.urlretrieve = urlretrieve
 
 
+def _serve_urllib() -> None:
+    """``urllib.request.urlretrieve`` (what books' download helpers call) of a served file copies it
+    where asked; of any other URL, an ``OfflineError``: no download is attempted."""
+    import urllib.request
+    from email.message import Message
+
+    if getattr(urllib.request.urlretrieve, "_offline", False):
+        return
+
+    def urlretrieve(url, filename=None, reporthook=None, data=None):
+        served = served_file(url)
+        if served is None:
+            raise OfflineError(f"offline: the notebook downloads {url}")
+        if filename is None:
+            return served, Message()
+        _copy(served, filename)
+        if reporthook is not None:
+            size = os.path.getsize(filename)
+            reporthook(1, size, size)
+        return filename, Message()
+
+    urlretrieve._offline = True
+    urllib.request.urlretrieve = urlretrieve
+
+
 def _answer_pip_offline() -> None:
     try:
         from IPython import get_ipython
@@ -833,7 +894,7 @@ def _fetch_tables(command: str) -> bool:
             keep = True
         elif not word.startswith("-"):
             urls.append(word)
-    if not urls or any(table_for(url) is None for url in urls):
+    if not urls or not all(is_served(url) for url in urls):
         return False
     for url in urls:
         path = target or os.path.basename(urlsplit(url).path)

@@ -253,3 +253,94 @@ def test_numpys_removed_aliases_are_there_for_the_notebooks_of_their_era():
                           cwd=str(BENCHMARKS.parent))
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["[1,", "2]", "True", "True"]
+
+
+# A book's helper modules beside its notebooks, in the shape of Hvass-Labs' mnist.py and download.py:
+# the URL is built at run time, the file fetched with urllib, then read as raw idx bytes.
+_BOOK_DOWNLOAD = '''\
+"""Downloads, e.g. download(base_url="https://www.cs.toronto.edu/~kriz/", filename="cifar-10-python.tar.gz")."""
+import os
+import urllib.request
+
+
+def download(base_url, filename, download_dir):
+    save_path = os.path.join(download_dir, filename)
+    if not os.path.exists(save_path):
+        os.makedirs(download_dir, exist_ok=True)
+        urllib.request.urlretrieve(url=base_url + filename, filename=save_path)
+'''
+_BOOK_MNIST = '''\
+import gzip
+import os
+import numpy as np
+from download import download
+
+base_url = "https://storage.googleapis.com/cvdf-datasets/mnist/"
+
+
+class MNIST:
+    def __init__(self, data_dir="data/MNIST/"):
+        self.data_dir = data_dir
+        self.num_train = 55000
+        self.x_train = self._load("train-images-idx3-ubyte.gz", 16).reshape(-1, 784)[:self.num_train] / 255.0
+        self.y_train_cls = self._load("train-labels-idx1-ubyte.gz", 8)[:self.num_train].astype(np.int)
+        self.x_test = self._load("t10k-images-idx3-ubyte.gz", 16).reshape(-1, 784) / 255.0
+
+    def _load(self, filename, offset):
+        download(base_url=base_url, filename=filename, download_dir=self.data_dir)
+        with gzip.open(os.path.join(self.data_dir, filename), "rb") as f:
+            return np.frombuffer(f.read(), np.uint8, offset=offset)
+'''
+
+
+def _book(folder, cells):
+    """A notebook of ``cells`` beside the book's two helper modules, as the field corpus writes them."""
+    import nbformat
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "download.py").write_text(_BOOK_DOWNLOAD)
+    (folder / "mnist.py").write_text(_BOOK_MNIST)
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(cell) for cell in cells])
+    nbformat.write(notebook, str(folder / "chapter.ipynb"))
+    return folder / "chapter.ipynb"
+
+
+def test_a_books_helper_downloading_mnist_by_url_reads_the_served_idx_files(tmp_path):
+    """The helper's literal count (55000) is read with the notebook's code: the fake has the real counts;
+    its urlretrieve of the idx files gets the files made for the home, any other URL raises."""
+    import bench_corpus_run
+    from npu_migrate_nb.notebook import load
+
+    path = _book(tmp_path / "book", ["from mnist import MNIST\ndata = MNIST(data_dir='data/MNIST/')"])
+    shares = offline_data.sizes_for(bench_corpus_run.code_run(load(str(path))))
+    assert shares == {"mnist": 1.0}
+    code = _NO_NETWORK % (str(BENCHMARKS), offline_data.home_for(str(tmp_path / "homes"), shares)) + (
+        f"import os, urllib.request; os.chdir({str(path.parent)!r}); sys.path.insert(0, '')\n"
+        "from mnist import MNIST\n"
+        "data = MNIST(data_dir='data/MNIST/')\n"
+        "print(data.x_train.shape, data.y_train_cls.dtype.kind, data.x_test.shape, float(data.x_train.max()) <= 1.0)\n"
+        "try:\n"
+        "    urllib.request.urlretrieve('https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz', 'c.tar.gz')\n"
+        "except offline_data.OfflineError as error:\n"
+        "    print(type(error).__name__, os.path.exists('c.tar.gz'))\n"
+    )
+    printed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert printed.stdout.splitlines() == ["(55000, 784) i (10000, 784) True", "OfflineError False"], printed.stderr[-2000:]
+
+
+def test_the_benchmark_reads_the_modules_beside_a_notebook_for_what_it_needs(tmp_path):
+    """Imports of the modules it imports count (a helper's missing package leaves the notebook out,
+    naming it); a data file a module names by URL does too; a URL in a docstring does not."""
+    import bench_corpus_run
+    from npu_migrate_nb.notebook import load
+
+    path = _book(tmp_path / "book", ["from mnist import MNIST\ndata = MNIST()"])
+    assert bench_corpus_run.left_out_because(load(str(path))) is None
+    assert sorted(bench_corpus_run.modules_beside(load(str(path)))) == ["download", "mnist"]
+
+    (path.parent / "mnist.py").write_text(_BOOK_MNIST.replace("import gzip", "import gzip\nimport prettytensor"))
+    assert bench_corpus_run.left_out_because(load(str(path))) == "needs prettytensor (not installed)"
+
+    (path.parent / "mnist.py").write_text(_BOOK_MNIST.replace(
+        "https://storage.googleapis.com/cvdf-datasets/mnist/", "https://example.com/digits.tar.gz"))
+    assert bench_corpus_run.left_out_because(load(str(path))).startswith("reads a remote file in mnist.py")

@@ -11,7 +11,9 @@ The notebooks go to ``notebooks/``, which is not committed: fetched content stay
 
 from __future__ import annotations
 
+import ast
 import json
+import posixpath
 import re
 import shutil
 import subprocess
@@ -22,7 +24,7 @@ from typing import Iterator, List, NamedTuple, Optional
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "corpus"))
 
-from build_corpus import EXCLUDED, code_sources, git, stripped, trains_a_tensorflow_model  # noqa: E402
+from build_corpus import EXCLUDED, code_sources, git, parsed, stripped, trains_a_tensorflow_model  # noqa: E402
 
 NOTEBOOKS = HERE / "notebooks"
 MANIFEST = HERE / "MANIFEST.json"
@@ -90,6 +92,47 @@ def write(file: str, document: dict) -> None:
     target.write_text(json.dumps(stripped(document, code_sources(document)), indent=1, ensure_ascii=False) + "\n")
 
 
+def imported_names(tree: Optional[ast.AST]) -> List[str]:
+    """The top-level modules a piece of code imports absolutely (``import mnist``, ``from dataset import x``)."""
+    names = []
+    for node in ast.walk(tree) if tree is not None else ():
+        if isinstance(node, ast.Import):
+            names += [alias.name.split(".")[0] for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.append(node.module.split(".")[0])
+    return names
+
+
+def modules_beside(repository: Path, commit: str, path: str, document: dict) -> List[str]:
+    """The repository's modules the notebook imports from its own folder, and the ones those import
+    (a book's ``mnist.py`` importing ``download.py``): a kernel started there imports them, so they
+    belong with the notebook. Paths in the repository, in the order first imported."""
+    folder = posixpath.dirname(path)
+    present = set(git(repository, "ls-tree", "--name-only", commit, *([folder + "/"] if folder else [])).splitlines())
+    found: List[str] = []
+    pending = [name for source in code_sources(document) for name in imported_names(parsed(source))]
+    while pending:
+        module = posixpath.join(folder, pending.pop(0) + ".py")
+        if module in present and module not in found:
+            found.append(module)
+            text = git(repository, "show", f"{commit}:{module}")
+            pending += imported_names(parsed(text))
+    return found
+
+
+def write_modules(repository: Path, commit: str, modules: List[str], family: str) -> None:
+    """Each module beside its family's notebooks; two different modules of one name are a conflict the
+    flat family folder cannot hold: said, and the first one kept."""
+    for module in modules:
+        target = NOTEBOOKS / family / posixpath.basename(module)
+        text = git(repository, "show", f"{commit}:{module}")
+        if target.exists() and target.read_text() != text:
+            print(f"two modules named {target.name} in {family}, kept the first: {module} skipped", file=sys.stderr)
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+
+
 def selected(mirror_root: Path, source: Source) -> Iterator[dict]:
     repository = git_dir(mirror_root, source.repo)
     if not repository.is_dir():
@@ -104,9 +147,12 @@ def selected(mirror_root: Path, source: Source) -> Iterator[dict]:
             continue
         document = notebook(repository, commit, path)
         if document is not None and trains_a_tensorflow_model(code_sources(document)):
-            yield {"file": f"notebooks/{source.family}/{field_name(path)}", "family": source.family,
-                   "repo": source.repo, "path": path, "commit": commit, "license": source.license,
-                   "document": document}
+            entry = {"file": f"notebooks/{source.family}/{field_name(path)}", "family": source.family,
+                     "repo": source.repo, "path": path, "commit": commit, "license": source.license}
+            modules = modules_beside(repository, commit, path, document)
+            if modules:
+                entry["modules"] = modules
+            yield {**entry, "document": document}
 
 
 def build(mirror_root: Path) -> List[dict]:
@@ -121,6 +167,8 @@ def build(mirror_root: Path) -> List[dict]:
                 continue
             seen_code.add(code)
             write(entry["file"], document)
+            write_modules(git_dir(mirror_root, entry["repo"]), entry["commit"], entry.get("modules", []),
+                          entry["family"])
             manifest.append(entry)
     return manifest
 
@@ -134,6 +182,7 @@ def rebuild(mirror_root: Path, manifest: List[dict]) -> int:
             absent += 1
         else:
             write(entry["file"], document)
+            write_modules(repository, entry["commit"], entry.get("modules", []), entry["family"])
     return absent
 
 

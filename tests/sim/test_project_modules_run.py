@@ -62,3 +62,36 @@ def test_a_project_with_its_model_in_a_module_is_caught_then_fixed_in_both_files
     result = json.loads(out)
     assert result["checks"] == {"broadcast": "pass", "allreduce": "pass", "shard": "pass"}, (result, err[-2000:])
     assert code == 0
+
+
+HELPER = """\
+import numpy as np
+
+
+class Digits:
+    '''A book's data helper kept beside its notebooks (Hvass-Labs' mnist.py is one).'''
+
+    def __init__(self, count=256):
+        rng = np.random.RandomState(0)
+        self.x_train = rng.rand(count, 8).astype(np.float32)
+        self.y_train = (self.x_train.sum(axis=1) > 4).astype(np.int32)
+"""
+
+
+def test_a_module_beside_the_notebook_is_importable_on_the_ranks_wherever_the_run_starts(tmp_path):
+    # As in a Jupyter kernel, '' is first on a rank's sys.path (ipyparallel's engine puts it there) and the
+    # rank works in the notebook's folder, not in the one the command ran in.
+    folder = tmp_path / "book"
+    folder.mkdir()
+    (folder / "digits.py").write_text(HELPER)
+    notebook = write_notebook(folder / "chapter.ipynb", [
+        "import tensorflow as tf\nfrom digits import Digits\ndata = Digits()",
+        "model = tf.keras.Sequential([tf.keras.layers.Dense(2, input_shape=(8,))])\n"
+        "model.compile(optimizer='sgd', loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))\n"
+        "model.fit(data.x_train, data.y_train, batch_size=32, epochs=1, verbose=0)",
+    ])
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    code, out, err = cli("run", str(notebook), "-n", "2", "--format", "json", cwd=elsewhere)
+    cells = json.loads(out)["cells"]
+    assert [rank["error"] for cell in cells for rank in cell["ranks"]] == [None] * 4, err[-2000:]
