@@ -530,7 +530,8 @@ def _failed_after_the_cut(run: Run) -> bool:
 
 
 def _fix(path: str) -> Tuple[Optional[str], Dict[str, str], str]:
-    """The notebook fixed beside it (as ``fix -o`` writes it), and ``check``'s steps on the result."""
+    """The notebook fixed beside it (as ``fix -o`` writes it), the modules beside it fixed in place, and
+    ``check``'s steps on the result."""
     from npu_migrate_nb.invariants import with_sources
     from npu_migrate_nb.rewrite import fix_notebook
 
@@ -541,6 +542,10 @@ def _fix(path: str) -> Tuple[Optional[str], Dict[str, str], str]:
         return None, {}, f"fix raised {type(error).__name__}: {error}"
     fixed_path = path.replace(".ipynb", ".fixed.ipynb")
     atomic_write(fixed_path, render(notebook, result.sources))
+    folder = os.path.dirname(os.path.abspath(path))
+    for module, (_old, new) in result.modules.items():  # the copies beside it, fixed as ``fix --in-place`` does
+        if os.path.dirname(os.path.abspath(module)) == folder:
+            atomic_write(module, new)
     after = analyze(with_sources(notebook, result.sources))
     return fixed_path, dict(after.steps), ""
 

@@ -730,12 +730,51 @@ class NotebookFacts:
         return value if bound is None else bound.value
 
     def _called_function(self, call: ast.expr) -> Optional[Tuple[CellFacts, ast.AST]]:
+        if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name):
+            return self.instance_method(call.func.value.id, call.func.attr)
         if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)):
             return None
         found = self.function(call.func.id)
         if found is None or not isinstance(found[2], (ast.FunctionDef, ast.AsyncFunctionDef)):
             return None
         return found[1], found[2]
+
+    def called_function(self, call: ast.expr) -> Optional[Tuple[CellFacts, ast.AST, List[str]]]:
+        """The notebook's (or a module's) function ``call`` calls, with the parameters the call's
+        positional arguments fill: ``f(x)`` of ``def f(x)``, or ``data.batch(32)`` of a method of the
+        class ``data`` is an instance of (``self`` is not given by the call)."""
+        found = self._called_function(call)
+        if found is None or not isinstance(found[1], (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return None
+        parameters = positional_parameters(found[1])
+        return found[0], found[1], parameters[1:] if isinstance(call.func, ast.Attribute) else parameters
+
+    def instance_method(self, name: str, method: str) -> Optional[Tuple[CellFacts, ast.AST]]:
+        """The method ``method`` of the class the top-level name ``name`` is always an instance of
+        (``data = MNIST(...)`` of ``class MNIST`` in the notebook or a module beside it), defined in the
+        class's own body."""
+        classes = [self._class_called(a.value) for _i, _f, a in self.assignments(name)
+                   if a.function is None and not a.tuple_target]
+        if not classes or None in classes or len({id(cls) for _facts, cls in classes}) != 1:
+            return None
+        facts, cls = classes[0]
+        found = next((node for node in cls.body
+                      if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == method), None)
+        if found is None or any(isinstance(d, ast.Name) and d.id in ("staticmethod", "classmethod")
+                                for d in found.decorator_list):
+            return None
+        return facts, found
+
+    def _class_called(self, value: ast.expr):
+        """(facts, class) of ``Name(...)`` when ``Name`` is a class the notebook or a module defines."""
+        if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Name)):
+            return None
+        found = None
+        for _index, facts in self.cells_mentioning(value.func.id):
+            cls = facts.classes.get(value.func.id)
+            if cls is not None:
+                found = (facts, cls)
+        return found
 
     def function(self, name: str) -> Optional[Tuple[int, CellFacts, ast.AST]]:
         found = None

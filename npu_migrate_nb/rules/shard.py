@@ -1029,6 +1029,46 @@ class MissingShard(Rule):
             '    grads = tape.gradient(loss, model.trainable_variables)\n'
             '    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n',
         ),
+        # A TF1 loop fed a batch a method picks from the instance's own arrays (Hvass-Labs' ``data.random_batch``,
+        # its class in a module beside the notebook), the feed bound to a name first: each rank takes every
+        # RANK_SIZE-th row of the global batch from RANK_ID.
+        Example(
+            'import numpy as np\nimport tensorflow.compat.v1 as tf\nimport os\n'
+            'class Digits:\n'
+            '    def __init__(self, x, y):\n'
+            '        self.x_train, self.y_train = x, y\n'
+            '    def random_batch(self, batch_size=32):\n'
+            '        idx = np.random.randint(low=0, high=len(self.x_train), size=batch_size)\n'
+            '        x_batch = self.x_train[idx]\n'
+            '        y_batch = self.y_train[idx]\n'
+            '        return x_batch, y_batch\n'
+            '# %%\n'
+            'data = Digits(X_train, y_train)\n'
+            'train_op = tf.train.GradientDescentOptimizer(0.5).minimize(loss)\n'
+            'session = tf.Session()\n'
+            'for i in range(100):\n'
+            '    x_batch, y_true_batch = data.random_batch(batch_size=100)\n'
+            '    feed_dict_train = {x: x_batch, y_true: y_true_batch}\n'
+            '    session.run(train_op, feed_dict=feed_dict_train)\n',
+            'import numpy as np\nimport tensorflow.compat.v1 as tf\nimport os\n'
+            'class Digits:\n'
+            '    def __init__(self, x, y):\n'
+            '        self.x_train, self.y_train = x, y\n'
+            '    def random_batch(self, batch_size=32):\n'
+            '        idx = np.random.randint(low=0, high=len(self.x_train), size=batch_size)\n'
+            '        x_batch = self.x_train[idx]\n'
+            '        y_batch = self.y_train[idx]\n'
+            '        return x_batch, y_batch\n'
+            '# %%\n'
+            'data = Digits(X_train, y_train)\n'
+            'train_op = tf.train.GradientDescentOptimizer(0.5).minimize(loss)\n'
+            'session = tf.Session()\n'
+            'for i in range(100):\n'
+            "    x_batch, y_true_batch = [part[int(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', '1'))] "
+            "for part in data.random_batch(batch_size=100)]\n"
+            '    feed_dict_train = {x: x_batch, y_true: y_true_batch}\n'
+            '    session.run(train_op, feed_dict=feed_dict_train)\n',
+        ),
         # A TF1 loop over a notebook generator yielding rows (Hands-On ML's shuffle_batch, unseeded): each rank
         # shuffles its own rows and yields its part of each batch, as many batches as one card.
         Example(
@@ -1600,7 +1640,7 @@ class MissingShard(Rule):
             if slices:
                 findings.append(self._shard_feed(context, cell, facts, loop, slices))
                 continue
-            feed = _training_feed(context, site)
+            feed = _training_feed(context, site, loop)
             fed = {value.id for value in feed.values if isinstance(value, ast.Name)} if feed is not None else set()
             picked = _helper_batches_trained_on(context, facts, loop, lambda fed=fed: fed) if isinstance(loop, ast.For) else []
             found = self._shard_helper_arguments(context, cell, facts, loop, [c for c, _i, _u in picked]) \
@@ -1652,7 +1692,7 @@ class MissingShard(Rule):
         first = helped[0][0]
         size = _helper_batch_size(context, first)
         value = global_batch_value(context, size) if size is not None else None
-        name = first.func.id
+        name = dotted_name(first.func) or "the helper"
         if value is not None and value < context.options.ranks:
             return self.finding(cell, facts, first, _(
                 "every rank feeds the same batches {helper}() picks, and a batch of {rows} rows cannot be split "
@@ -2040,7 +2080,7 @@ def _whole_arrays_fed(context, site: CallSite, loop: ast.stmt) -> List[ast.Name]
     """The names a training loop's ``session.run`` feeds whole each step (``feed_dict={x: x_train, y:
     y_train}``, a full-batch regression): arrays made before the loop, not a batch the loop takes nor a
     number (a learning rate, a keep probability)."""
-    feed = _training_feed(context, site)
+    feed = _training_feed(context, site, loop)
     if feed is None:
         return []
     in_loop = {node.id for node in ast.walk(loop) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)}
@@ -2059,7 +2099,7 @@ def _batch_helper_calls(context, facts: CellFacts, site: CallSite, loop: ast.stm
     """(call, unpacked) for each call in ``loop`` of a notebook function that returns rows of arrays
     (``return X[idx], y[idx]``) whose result the training ``site`` feeds: ``unpacked`` when it is bound
     to a tuple of names."""
-    feed = _training_feed(context, site)
+    feed = _training_feed(context, site, loop)
     if feed is None:
         return []
     fed = {value.id for value in feed.values if isinstance(value, ast.Name)}
@@ -2081,12 +2121,10 @@ def _rank_rows_given_to(context, cell: int, facts: CellFacts, call: ast.Call) ->
     """The edits giving the helper ``call`` this rank's rows of each array it picks from, and its part of
     the batch size (``random_batch(X[rank_id::rank_size], y[...], batch_size=32 // rank_size)``); [] when
     an array or the batch size (or its default) is not given by the call."""
-    helper = context.facts.function(call.func.id)
-    if helper is None or not isinstance(helper[2], ast.FunctionDef) or any(k.arg is None for k in call.keywords) \
-            or any(isinstance(a, ast.Starred) for a in call.args):
+    helper = context.facts.called_function(call)
+    if helper is None or any(k.arg is None for k in call.keywords) or any(isinstance(a, ast.Starred) for a in call.args):
         return []
-    function = helper[2]
-    parameters = positional_parameters(function)
+    _facts, function, parameters = helper
     given = {parameters[i]: argument for i, argument in enumerate(call.args[:len(parameters)])}
     given.update({k.arg: k.value for k in call.keywords})
     picked = _rows_picked(function)
@@ -2143,11 +2181,8 @@ def _helper_batches_trained_on(context, facts: CellFacts, loop: ast.For, trained
             target, call, iterated = node.target, node.iter, True
         else:
             continue
-        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)):
-            continue
-        helper = context.facts.function(call.func.id)
-        if helper is None or not isinstance(helper[2], ast.FunctionDef) or not _rows_picked(helper[2]) \
-                or not (iterated or _returns_rows(context, call)):
+        helper = context.facts.called_function(call) if isinstance(call, ast.Call) else None
+        if helper is None or not _rows_picked(helper[1]) or not (iterated or _returns_rows(context, call)):
             continue
         names_trained = trained() if names_trained is None else names_trained
         if {n.id for n in ast.walk(target) if isinstance(n, ast.Name)} & names_trained:
@@ -2191,11 +2226,10 @@ def _returns_rows(context, call: ast.Call) -> bool:
 
 def _helper_batch_size(context, call: ast.Call) -> Optional[ast.expr]:
     """What ``call`` gives its function's batch-size parameter (named ``batch_size`` or ``*_size``)."""
-    found = context.facts.function(call.func.id)
-    if found is None or not isinstance(found[2], ast.FunctionDef):
+    found = context.facts.called_function(call)
+    if found is None:
         return None
-    parameters = positional_parameters(found[2])
-    for position, parameter in enumerate(parameters):
+    for position, parameter in enumerate(found[2]):
         if parameter == "batch_size" or parameter.endswith("batch_size"):
             if position < len(call.args):
                 return call.args[position]
@@ -2203,10 +2237,16 @@ def _helper_batch_size(context, call: ast.Call) -> Optional[ast.expr]:
     return None
 
 
-def _training_feed(context, site: CallSite) -> Optional[ast.Dict]:
-    """The ``feed_dict`` display of a ``session.run`` that runs a training op, else None."""
+def _training_feed(context, site: CallSite, loop: ast.stmt) -> Optional[ast.Dict]:
+    """The ``feed_dict`` display of a ``session.run`` in ``loop`` that runs a training op, else None; a
+    name the loop binds to a display before the run (``feed_dict_train = {x: x_batch}``) is read as it."""
     feed = site.keyword("feed_dict")
     feed = feed.value if feed is not None else (site.node.args[1] if len(site.node.args) > 1 else None)
+    if isinstance(feed, ast.Name):
+        bound = [node.value for node in ast.walk(loop) if isinstance(node, ast.Assign) and len(node.targets) == 1
+                 and isinstance(node.targets[0], ast.Name) and node.targets[0].id == feed.id
+                 and node.lineno < site.node.lineno]
+        feed = max(bound, key=lambda value: value.lineno) if bound else None
     return feed if isinstance(feed, ast.Dict) and _runs_a_training_op(context, site) else None
 
 
