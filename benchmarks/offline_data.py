@@ -110,9 +110,10 @@ def sizes_for(source: str) -> Dict[str, float]:
 
 
 def home_for(root: str, shares: Dict[str, float]) -> str:
-    """The folder (a fake ``HOME``) with each dataset and table at its share, made once and reused."""
+    """The folder (a fake ``HOME``) with each dataset and table at its share, made once and reused while
+    this module's writers stay as they are (a home made by older writers may lack a file they now make)."""
     key = "-".join(f"{name}{share:g}" for name, share in sorted(shares.items())) or "none"
-    home = os.path.join(root, key)
+    home = os.path.join(root, _writers_version(), key)
     if os.path.exists(os.path.join(home, _DONE)):
         return home
     folder = os.path.join(home, ".keras", "datasets")
@@ -126,6 +127,12 @@ def home_for(root: str, shares: Dict[str, float]) -> str:
         _WRITERS[name](folder, rng, round(dataset.train * share), round(dataset.test * share))
     open(os.path.join(home, _DONE), "w").close()
     return home
+
+
+@functools.lru_cache(maxsize=None)
+def _writers_version() -> str:
+    with open(__file__, "rb") as source:
+        return f"{zlib.crc32(source.read()):08x}"
 
 
 def write_notebook_files(folder: str, source: str) -> list:

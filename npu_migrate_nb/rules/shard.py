@@ -1692,7 +1692,7 @@ class MissingShard(Rule):
         first = helped[0][0]
         size = _helper_batch_size(context, first)
         value = global_batch_value(context, size) if size is not None else None
-        name = dotted_name(first.func) or "the helper"
+        name = ast.unparse(first.func)
         if value is not None and value < context.options.ranks:
             return self.finding(cell, facts, first, _(
                 "every rank feeds the same batches {helper}() picks, and a batch of {rows} rows cannot be split "
