@@ -335,6 +335,34 @@ LOOP_OVER_HELPER_BATCHES = [
     "        optimizer.apply_gradients(zip(gradients, model.trainable_variables))",
 ]
 
+# Hvass-Labs' tutorials: a TF1 loop fed batches a method draws at random from the instance's arrays (the
+# class in the book's mnist.py, beside the notebook), the feed bound to a name first.
+METHOD_PICKS_THE_BATCH = [
+    "import numpy as np\nimport tensorflow.compat.v1 as tf\ntf.disable_v2_behavior()",
+    "class Digits:\n"
+    "    def __init__(self):\n"
+    "        rng = np.random.RandomState(0)\n"
+    "        self.x_train = rng.rand(4096, 16).astype(np.float32)\n"
+    "        self.y_train = np.eye(4, dtype=np.float32)[rng.randint(0, 4, 4096)]\n"
+    "    def random_batch(self, batch_size=32):\n"
+    "        idx = np.random.randint(low=0, high=len(self.x_train), size=batch_size)\n"
+    "        x_batch = self.x_train[idx]\n"
+    "        y_batch = self.y_train[idx]\n"
+    "        return x_batch, y_batch\n"
+    "data = Digits()",
+    "x = tf.placeholder(tf.float32, [None, 16])\ny_true = tf.placeholder(tf.float32, [None, 4])\n"
+    "weights = tf.Variable(tf.random_normal([16, 4]))\nlogits = tf.matmul(x, weights)\n"
+    "cost = tf.reduce_mean(tf.nn.softmax_cross_entropy_with_logits_v2(labels=y_true, logits=logits))\n"
+    "optimizer = tf.train.GradientDescentOptimizer(learning_rate=0.5).minimize(cost)\n"
+    "session = tf.Session()\nsession.run(tf.global_variables_initializer())",
+    "def optimize(num_iterations):\n"
+    "    for i in range(num_iterations):\n"
+    "        x_batch, y_true_batch = data.random_batch(batch_size=64)\n"
+    "        feed_dict_train = {x: x_batch, y_true: y_true_batch}\n"
+    "        session.run(optimizer, feed_dict=feed_dict_train)\n"
+    "optimize(num_iterations=20)",
+]
+
 TOUR_OF_THE_TAPE_THEN_TRAINING = [
     "import tensorflow as tf\n" + DATA +
     "dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(32)",
@@ -568,6 +596,7 @@ CASES = {
     "an estimator fed arrays by numpy_input_fn (queues, not a dataset)": (ESTIMATOR_NUMPY_INPUT, "tf1"),
     "a tf2 canned estimator with its default optimizer, trained twice (issue 34, pyml3)": (TF2_CANNED_ESTIMATOR, "tf2"),
     "a custom loop drawing batches from a notebook function (issue 34, handson-ml3)": (LOOP_OVER_HELPER_BATCHES, "tf2"),
+    "a tf1 loop fed batches a method of a class draws (issue 34, hvass)": (METHOD_PICKS_THE_BATCH, "tf1"),
     "a gan: noise and labels of the global batch, two models built on their first call": (GAN_TF2, "tf2"),
     "a tf1 gan: one session run updates two models": (GAN_TF1, "tf1"),
     "tf2 code with a compat.v1 part, saving on every rank": (MIXED_AND_SAVING, "tf2"),
