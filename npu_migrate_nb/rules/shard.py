@@ -1069,6 +1069,40 @@ class MissingShard(Rule):
             '    feed_dict_train = {x: x_batch, y_true: y_true_batch}\n'
             '    session.run(train_op, feed_dict=feed_dict_train)\n',
         ),
+        # The same in a TF2 loop under a tape: each rank takes its part of the batch the method returns.
+        Example(
+            'import numpy as np\nimport tensorflow as tf\nimport os\n'
+            'class Digits:\n'
+            '    def __init__(self, x, y):\n'
+            '        self.x, self.y = x, y\n'
+            '    def random_batch(self, batch_size=32):\n'
+            '        idx = np.random.randint(len(self.x), size=batch_size)\n'
+            '        return self.x[idx], self.y[idx]\n'
+            '# %%\n'
+            'data = Digits(X_train, y_train)\n'
+            'for step in range(100):\n'
+            '    X_batch, y_batch = data.random_batch(64)\n'
+            '    with tf.GradientTape() as tape:\n'
+            '        loss = tf.reduce_mean(tf.square(model(X_batch) - y_batch))\n'
+            '    grads = tape.gradient(loss, model.trainable_variables)\n'
+            '    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n',
+            'import numpy as np\nimport tensorflow as tf\nimport os\n'
+            'class Digits:\n'
+            '    def __init__(self, x, y):\n'
+            '        self.x, self.y = x, y\n'
+            '    def random_batch(self, batch_size=32):\n'
+            '        idx = np.random.randint(len(self.x), size=batch_size)\n'
+            '        return self.x[idx], self.y[idx]\n'
+            '# %%\n'
+            'data = Digits(X_train, y_train)\n'
+            'for step in range(100):\n'
+            "    X_batch, y_batch = [part[int(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', '1'))] "
+            "for part in data.random_batch(64)]\n"
+            '    with tf.GradientTape() as tape:\n'
+            '        loss = tf.reduce_mean(tf.square(model(X_batch) - y_batch))\n'
+            '    grads = tape.gradient(loss, model.trainable_variables)\n'
+            '    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n',
+        ),
         # A TF1 loop over a notebook generator yielding rows (Hands-On ML's shuffle_batch, unseeded): each rank
         # shuffles its own rows and yields its part of each batch, as many batches as one card.
         Example(
@@ -2170,7 +2204,7 @@ def _rows_picked(function: ast.FunctionDef) -> Set[str]:
 
 
 def _helper_batches_trained_on(context, facts: CellFacts, loop: ast.For, trained) -> List[Tuple[ast.Call, bool, bool]]:
-    """(call, iterated, unpacked) for each call in ``loop`` of a notebook function picking rows whose
+    """(call, iterated, unpacked) for each call in ``loop`` of a notebook function (or method) picking rows whose
     results the loop trains on (``trained()``, the names, asked only when a helper call is there): bound
     by an assignment (to a tuple of names: ``unpacked``), or iterated by the loop itself or one in it."""
     found, names_trained = [], None
@@ -2182,7 +2216,12 @@ def _helper_batches_trained_on(context, facts: CellFacts, loop: ast.For, trained
         else:
             continue
         helper = context.facts.called_function(call) if isinstance(call, ast.Call) else None
-        if helper is None or not _rows_picked(helper[1]) or not (iterated or _returns_rows(context, call)):
+        if helper is None:
+            continue
+        # Rows of arrays it is given (each rank can be given its own), or of arrays it reads itself (a
+        # method's ``self.x_train[idx]``, a global's: each rank takes its part of the batch returned).
+        if not (_rows_picked(helper[1]) and (iterated or _returns_rows(context, call))
+                or not iterated and _returns_rows(context, call)):
             continue
         names_trained = trained() if names_trained is None else names_trained
         if {n.id for n in ast.walk(target) if isinstance(n, ast.Name)} & names_trained:
