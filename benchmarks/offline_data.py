@@ -818,40 +818,30 @@ def _serve_loaders_from(root: str) -> None:
             return True  # made by this module: its hash is not the real file's
         return checked(fpath, file_hash, algorithm, chunk_size)
 
-    def urlretrieve(url, filename, *args, **kwargs):
-        served = served_file(url)  # get_file(fname, origin) of a table: its copy, where get_file keeps it
-        if served is None:
-            raise OfflineError(f"offline: the notebook downloads {url}")
-        _copy(served, filename)
-
     validate_file._offline = True
     data_utils.validate_file = validate_file
-    data_utils.urlretrieve = urlretrieve
+    data_utils.urlretrieve = _offline_urlretrieve  # get_file(fname, origin) of a served file: its copy
+
+
+def _offline_urlretrieve(url, filename=None, reporthook=None, data=None):
+    """``urlretrieve`` (urllib's signature, which Keras' ``get_file`` calls too) of a served file copies it
+    where asked; of any other URL, an ``OfflineError``: no download is attempted."""
+    from email.message import Message
+
+    served = served_file(url)
+    if served is None:
+        raise OfflineError(f"offline: the notebook downloads {url}")
+    if filename is None:
+        return served, Message()
+    _copy(served, filename)  # at once: no progress to report
+    return filename, Message()
 
 
 def _serve_urllib() -> None:
-    """``urllib.request.urlretrieve`` (what books' download helpers call) of a served file copies it
-    where asked; of any other URL, an ``OfflineError``: no download is attempted."""
+    """``urllib.request.urlretrieve``, what books' download helpers call, gives the served files."""
     import urllib.request
-    from email.message import Message
 
-    if getattr(urllib.request.urlretrieve, "_offline", False):
-        return
-
-    def urlretrieve(url, filename=None, reporthook=None, data=None):
-        served = served_file(url)
-        if served is None:
-            raise OfflineError(f"offline: the notebook downloads {url}")
-        if filename is None:
-            return served, Message()
-        _copy(served, filename)
-        if reporthook is not None:
-            size = os.path.getsize(filename)
-            reporthook(1, size, size)
-        return filename, Message()
-
-    urlretrieve._offline = True
-    urllib.request.urlretrieve = urlretrieve
+    urllib.request.urlretrieve = _offline_urlretrieve
 
 
 def _answer_pip_offline() -> None:
