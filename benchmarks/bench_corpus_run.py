@@ -109,18 +109,16 @@ def code_of(notebook: Notebook) -> str:
 
 
 def modules_beside(notebook: Notebook) -> Dict[str, Path]:
-    """The modules of the notebook's folder it imports, and the ones those import (a book's ``mnist.py``
-    importing its ``download.py``): its kernel, started there, imports them. Name -> file."""
-    folder = Path(notebook.path).parent if notebook.path else None
-    found: Dict[str, Path] = {}
-    pending = sorted(imported_modules(code_of(notebook)))
-    while folder is not None and pending:
-        name = pending.pop(0)
-        module = folder / f"{name}.py"
-        if name not in found and module.is_file():
-            found[name] = module
-            pending += sorted(imported_modules(module.read_text(errors="replace")))
-    return found
+    """The files of the notebook's own modules it imports, and the ones those import (a book's
+    ``mnist.py`` importing its ``download.py``), found as the analyzer finds them: name -> file."""
+    from npu_migrate_nb.modules import project_modules
+
+    if not notebook.path:
+        return {}
+    folder = Path(notebook.path).resolve().parent
+    return {module.name.split(".")[0]: folder / module.path
+            for module in project_modules(notebook, shown_from=str(folder)).found
+            if module.cell is None and (folder / module.path).parent == folder}
 
 
 def code_run(notebook: Notebook) -> str:
