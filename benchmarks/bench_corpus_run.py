@@ -121,9 +121,10 @@ def modules_beside(notebook: Notebook) -> Dict[str, Path]:
             if module.cell is None and (folder / module.path).parent == folder}
 
 
-def code_run(notebook: Notebook) -> str:
-    """The code a run of the notebook executes that can be read: its cells, then the modules beside it."""
-    return "\n".join([code_of(notebook), *(module.read_text(errors="replace") for module in modules_beside(notebook).values())])
+def code_run(notebook: Notebook, beside: Dict[str, Path]) -> str:
+    """The code a run of the notebook executes that can be read: its cells, then ``beside``, the modules
+    beside it (:func:`modules_beside`)."""
+    return "\n".join([code_of(notebook), *(module.read_text(errors="replace") for module in beside.values())])
 
 
 def left_out_because(notebook: Notebook) -> Optional[str]:
@@ -133,7 +134,7 @@ def left_out_because(notebook: Notebook) -> Optional[str]:
     out as failing on one card, with the URL)."""
     source = code_of(notebook)
     beside = modules_beside(notebook)
-    imported = imported_modules(code_run(notebook))
+    imported = imported_modules(code_run(notebook, beside))
     missing = sorted(name for name in imported if name not in beside and not _importable(name))
     if missing:
         return f"needs {', '.join(missing)} (not installed)"
@@ -455,7 +456,8 @@ def measure(path: Path, ranks: int, timeout: float, work_root: str, data_root: s
     if not selection.runnable:
         return record
     notebook = load(str(path))
-    source = code_run(notebook)
+    beside = modules_beside(notebook)
+    source = code_run(notebook, beside)
     record.offline = offline_data.sizes_for(source)
     home = offline_data.home_for(data_root, record.offline)
     folder = tempfile.mkdtemp(prefix="nb-", dir=work_root)
@@ -469,7 +471,6 @@ def measure(path: Path, ranks: int, timeout: float, work_root: str, data_root: s
         offline_data.write_notebook_files(folder, source)
         unfixed_path = os.path.join(folder, path.name)
         shutil.copy(path, unfixed_path)
-        beside = modules_beside(notebook)
         for module in beside.values():
             shutil.copy(module, os.path.join(folder, module.name))
         keep = {path.name, *offline_data._NOTEBOOK_FILES, *(module.name for module in beside.values())}

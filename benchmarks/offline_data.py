@@ -47,7 +47,7 @@ import struct
 import tempfile
 import zlib
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterable, Optional, Tuple
+from typing import Callable, Dict, Iterable, Optional
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -568,20 +568,20 @@ TABLES: Dict[str, Table] = {
 
 
 # Dataset files notebooks and their books' helper modules download by URL (``urllib.request.urlretrieve``),
-# served from the files made for the dataset: URL prefix -> (dataset, its folder under ~/.keras/datasets).
-# The file name is the URL's last part.
+# served from the files made for the dataset: URL prefix -> the folder under ~/.keras/datasets its writer
+# fills (MNIST's: ``_write_mnist``). The file name is the URL's last part.
 SERVED_FILES = {
-    "https://storage.googleapis.com/cvdf-datasets/mnist/": ("mnist", "mnist-idx"),
-    "http://yann.lecun.com/exdb/mnist/": ("mnist", "mnist-idx"),
-    "https://ossci-datasets.s3.amazonaws.com/mnist/": ("mnist", "mnist-idx"),
+    "https://storage.googleapis.com/cvdf-datasets/mnist/": "mnist-idx",
+    "http://yann.lecun.com/exdb/mnist/": "mnist-idx",
+    "https://ossci-datasets.s3.amazonaws.com/mnist/": "mnist-idx",
 }
 
 
-def dataset_file_for(url: str) -> Optional[Tuple[str, str]]:
-    """(dataset, path under ``~/.keras/datasets``) of a dataset file served at ``url``, else None."""
-    for prefix, (dataset, folder) in SERVED_FILES.items():
+def dataset_file_for(url: str) -> Optional[str]:
+    """The path under ``~/.keras/datasets`` of a dataset file served at ``url``, else None."""
+    for prefix, folder in SERVED_FILES.items():
         if url.startswith(prefix) and "/" not in url[len(prefix):]:
-            return dataset, os.path.join(folder, url[len(prefix):])
+            return os.path.join(folder, url[len(prefix):])
     return None
 
 
@@ -655,7 +655,7 @@ def served_file(url: str) -> Optional[str]:
         return None
     home = _served_home or ""
     path = (_table_path(_tables_folder(home), name) if name is not None
-            else os.path.join(home, ".keras", "datasets", dataset_file[1]))
+            else os.path.join(home, ".keras", "datasets", dataset_file))
     if _served_home is None or not os.path.exists(path):
         raise OfflineError(f"offline: the notebook downloads {url}, a file made only where the code names it")
     return path

@@ -312,7 +312,8 @@ def test_a_books_helper_downloading_mnist_by_url_reads_the_served_idx_files(tmp_
     from npu_migrate_nb.notebook import load
 
     path = _book(tmp_path / "book", ["from mnist import MNIST\ndata = MNIST(data_dir='data/MNIST/')"])
-    shares = offline_data.sizes_for(bench_corpus_run.code_run(load(str(path))))
+    notebook = load(str(path))
+    shares = offline_data.sizes_for(bench_corpus_run.code_run(notebook, bench_corpus_run.modules_beside(notebook)))
     assert shares == {"mnist": 1.0}
     code = _NO_NETWORK % (str(BENCHMARKS), offline_data.home_for(str(tmp_path / "homes"), shares)) + (
         f"import os, urllib.request; os.chdir({str(path.parent)!r}); sys.path.insert(0, '')\n"
