@@ -2218,10 +2218,10 @@ def _helper_batches_trained_on(context, facts: CellFacts, loop: ast.For, trained
         helper = context.facts.called_function(call) if isinstance(call, ast.Call) else None
         if helper is None:
             continue
-        # Rows of arrays it is given (each rank can be given its own), or of arrays it reads itself (a
-        # method's ``self.x_train[idx]``, a global's: each rank takes its part of the batch returned).
-        if not (_rows_picked(helper[1]) and (iterated or _returns_rows(context, call))
-                or not iterated and _returns_rows(context, call)):
+        # A generator iterated yields rows of arrays it is given (each rank can be given its own); a call
+        # returns rows of those or of arrays it reads itself (a method's ``self.x_train[idx]``: each rank
+        # then takes its part of the batch returned).
+        if not (_rows_picked(helper[1]) if iterated else _returns_rows(context, call)):
             continue
         names_trained = trained() if names_trained is None else names_trained
         if {n.id for n in ast.walk(target) if isinstance(n, ast.Name)} & names_trained:
