@@ -170,10 +170,12 @@ class MissingShard(Rule):
         Example(
             "import tensorflow as tf\nmodel = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(4,))])\n"
             "model.compile(optimizer='sgd', loss='mse')\nmodel.fit(x, y, batch_size=1, epochs=2)\n",
-            "import tensorflow as tf\nimport os\nmodel = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(4,))])\n"
+            "import tensorflow as tf\nimport os\n"
+            "model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(4,))])\n"
             "model.compile(optimizer='sgd', loss='mse')\n"
             "rank_size, rank_id = int(os.getenv('RANK_SIZE', '1')), int(os.getenv('RANK_ID', '0'))\n"
-            "model.fit(x[rank_id::rank_size], y[rank_id::rank_size], batch_size=1, epochs=2)\n",
+            "model.fit(x[rank_id::rank_size][:len(x) // rank_size], y[rank_id::rank_size][:len(x) // "
+            "rank_size], batch_size=1, epochs=2)\n",
         ),
         # fit given arrays without labels (an autoencoder's inputs): the arrays are sharded too.
         Example(
@@ -183,7 +185,8 @@ class MissingShard(Rule):
             "images = np.expand_dims(np.load('digits.npy'), -1).astype('float32') / 255\n"
             "model.compile(optimizer='adam')\n"
             "rank_size, rank_id = int(os.getenv('RANK_SIZE', '1')), int(os.getenv('RANK_ID', '0'))\n"
-            "model.fit(images[rank_id::rank_size], epochs=30, batch_size=128 // rank_size)\n",
+            "model.fit(images[rank_id::rank_size][:len(images) // rank_size], epochs=30, "
+            "batch_size=128 // rank_size)\n",
         ),
         # Three rows written in the notebook (TensorFlow's migration guides): cut to a multiple of the
         # ranks first, or rank 0 runs two steps and rank 1 one, and rank 0 waits in the all-reduce.
@@ -268,8 +271,10 @@ class MissingShard(Rule):
             "classifier.train(train_input_fn, max_steps=10)\n",
             "import numpy as np\nimport tensorflow.compat.v1 as tf1\nimport os\n"
             "classifier = tf1.estimator.DNNClassifier(feature_columns=columns, hidden_units=[32])\n"
-            "train_input_fn = tf1.estimator.inputs.numpy_input_fn(x={'x': x_train[int(os.getenv('RANK_ID', '0'))::"
-            "int(os.getenv('RANK_SIZE', '1'))]}, y=y_train[int(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', "
+            "train_input_fn = tf1.estimator.inputs.numpy_input_fn(x={'x': "
+            "x_train[int(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', '1'))][:len(x_train) "
+            "// int(os.getenv('RANK_SIZE', '1'))]}, y=y_train[int(os.getenv('RANK_ID', "
+            "'0'))::int(os.getenv('RANK_SIZE', '1'))][:len(x_train) // int(os.getenv('RANK_SIZE', "
             "'1'))], batch_size=50 // int(os.getenv('RANK_SIZE', '1')), shuffle=True)\n"
             "classifier.train(train_input_fn, max_steps=10)\n",
         ),
@@ -572,12 +577,11 @@ class MissingShard(Rule):
             "(x_train, y_train), _ = tf.keras.datasets.mnist.load_data()\n"
             "model.compile(optimizer='adam', loss='sparse_categorical_crossentropy')\n"
             "model.fit(x_train, y_train, batch_size=128, epochs=2)\n",
-            "import tensorflow as tf\n"
-            "import os\n"
-            "(x_train, y_train), _ = tf.keras.datasets.mnist.load_data()\n"
+            "import tensorflow as tf\nimport os\n(x_train, y_train), _ = tf.keras.datasets.mnist.load_data()\n"
             "model.compile(optimizer='adam', loss='sparse_categorical_crossentropy')\n"
             "rank_size, rank_id = int(os.getenv('RANK_SIZE', '1')), int(os.getenv('RANK_ID', '0'))\n"
-            "model.fit(x_train[rank_id::rank_size], y_train[rank_id::rank_size], batch_size=128 // rank_size, epochs=2)\n",
+            "model.fit(x_train[rank_id::rank_size][:len(x_train) // rank_size], "
+            "y_train[rank_id::rank_size][:len(x_train) // rank_size], batch_size=128 // rank_size, epochs=2)\n",
         ),
         # Multi-GPU towers (TensorFlow-Examples): the rank's batch is cut into towers by offsets counted in
         # the global batch, which pointed past the end of a rank's rows (empty towers): counted in the rank's.
@@ -643,14 +647,19 @@ class MissingShard(Rule):
             "    train_spec = tf.estimator.TrainSpec(input_fn=tf.compat.v1.estimator.inputs.pandas_input_fn(x=traindf, y=traindf['value'], batch_size=100, num_epochs=None, shuffle=True), max_steps=100, hooks=npu_hooks_append())\n"
             "    eval_spec = tf.estimator.EvalSpec(input_fn=tf.compat.v1.estimator.inputs.pandas_input_fn(x=evaldf, y=evaldf['value'], num_epochs=1, shuffle=False))\n"
             '    tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)\n',
-            'from npu_bridge.npu_init import *\n'
-            'import tensorflow as tf\n'
-            'import os\n'
-            'def train_and_evaluate(output_dir):\n'
-            '    estimator = tf.compat.v1.estimator.LinearRegressor(feature_columns=cols, optimizer=npu_distributed_optimizer_wrapper(tf.compat.v1.train.FtrlOptimizer(0.2)))\n'
-            "    train_spec = tf.estimator.TrainSpec(input_fn=tf.compat.v1.estimator.inputs.pandas_input_fn(x=traindf[int(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', '1'))], y=traindf['value'][int(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', '1'))], batch_size=100 // int(os.getenv('RANK_SIZE', '1')), num_epochs=None, shuffle=True), max_steps=100, hooks=npu_hooks_append())\n"
-            "    eval_spec = tf.estimator.EvalSpec(input_fn=tf.compat.v1.estimator.inputs.pandas_input_fn(x=evaldf, y=evaldf['value'], num_epochs=1, shuffle=False))\n"
-            '    tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)\n',
+            "from npu_bridge.npu_init import *\nimport tensorflow as tf\nimport os\n"
+            "def train_and_evaluate(output_dir):\n"
+            "    estimator = tf.compat.v1.estimator.LinearRegressor(feature_columns=cols, "
+            "optimizer=npu_distributed_optimizer_wrapper(tf.compat.v1.train.FtrlOptimizer(0.2)))\n    train_spec = "
+            "tf.estimator.TrainSpec(input_fn=tf.compat.v1.estimator.inputs.pandas_input_fn(x=traindf[int"
+            "(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', '1'))][:len(traindf) // "
+            "int(os.getenv('RANK_SIZE', '1'))], y=traindf['value'][int(os.getenv('RANK_ID', "
+            "'0'))::int(os.getenv('RANK_SIZE', '1'))][:len(traindf) // int(os.getenv('RANK_SIZE', "
+            "'1'))], batch_size=100 // int(os.getenv('RANK_SIZE', '1')), num_epochs=None, "
+            "shuffle=True), max_steps=100, hooks=npu_hooks_append())\n    eval_spec = "
+            "tf.estimator.EvalSpec(input_fn=tf.compat.v1.estimator.inputs.pandas_input_fn(x=evaldf, "
+            "y=evaldf['value'], num_epochs=1, shuffle=False))\n"
+            "    tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)\n",
         ),
         # An Estimator's input_fn returning literal columns, no dataset: each rank returns its rows of each.
         Example(
@@ -679,25 +688,23 @@ class MissingShard(Rule):
             "sample_weight = np.random.rand(len(y_train))\n"
             "model.compile(optimizer='adam', loss='mse')\n"
             "model.fit(X_train, y_train, epochs=2, sample_weight=sample_weight)\n",
-            "import numpy as np\nimport tensorflow as tf\n"
-            "import os\n"
-            "sample_weight = np.random.rand(len(y_train))\n"
+            "import numpy as np\nimport tensorflow as tf\nimport os\nsample_weight = np.random.rand(len(y_train))\n"
             "model.compile(optimizer='adam', loss='mse')\n"
             "rank_size, rank_id = int(os.getenv('RANK_SIZE', '1')), int(os.getenv('RANK_ID', '0'))\n"
-            "model.fit(X_train[rank_id::rank_size], y_train[rank_id::rank_size], epochs=2, "
-            "sample_weight=sample_weight[rank_id::rank_size], batch_size=32 // rank_size)\n",
+            "model.fit(X_train[rank_id::rank_size][:len(X_train) // rank_size], "
+            "y_train[rank_id::rank_size][:len(X_train) // rank_size], epochs=2, "
+            "sample_weight=sample_weight[rank_id::rank_size][:len(X_train) // rank_size], "
+            "batch_size=32 // rank_size)\n",
         ),
         # An array computed in the call is sliced whole, in parentheses (``x / 255.0[...]`` would slice the number).
         Example(
             "import tensorflow as tf\n"
             "model.compile(optimizer='adam', loss='mse')\n"
             "model.fit(x_train / 255.0, y_train, epochs=2)\n",
-            "import tensorflow as tf\n"
-            "import os\n"
-            "model.compile(optimizer='adam', loss='mse')\n"
+            "import tensorflow as tf\nimport os\nmodel.compile(optimizer='adam', loss='mse')\n"
             "rank_size, rank_id = int(os.getenv('RANK_SIZE', '1')), int(os.getenv('RANK_ID', '0'))\n"
-            "model.fit((x_train / 255.0)[rank_id::rank_size], y_train[rank_id::rank_size], epochs=2, "
-            "batch_size=32 // rank_size)\n",
+            "model.fit((x_train / 255.0)[rank_id::rank_size][:len(y_train) // rank_size], "
+            "y_train[rank_id::rank_size][:len(y_train) // rank_size], epochs=2, batch_size=32 // rank_size)\n",
         ),
         # pandas_input_fn: a DataFrame's and a Series' rows slice as an array's.
         Example(
@@ -707,13 +714,13 @@ class MissingShard(Rule):
             "estimator = tf.compat.v1.estimator.LinearRegressor(feature_columns=cols, "
             "optimizer=npu_distributed_optimizer_wrapper(tf.compat.v1.train.FtrlOptimizer(0.01)))\n"
             "estimator.train(train_input_fn, steps=100, hooks=npu_hooks_append())\n",
-            "from npu_bridge.npu_init import *\n"
-            "import tensorflow as tf\n"
-            "import os\n"
-            "train_input_fn = tf.compat.v1.estimator.inputs.pandas_input_fn(x=traindf[columns][int(os.getenv('RANK_ID', '0'))"
-            "::int(os.getenv('RANK_SIZE', '1'))], y=(traindf['value'] / SCALE)[int(os.getenv('RANK_ID', '0'))::"
-            "int(os.getenv('RANK_SIZE', '1'))], batch_size=100 // int(os.getenv('RANK_SIZE', '1')), num_epochs=None, "
-            "shuffle=True)\n"
+            "from npu_bridge.npu_init import *\nimport tensorflow as tf\nimport os\ntrain_input_fn = "
+            "tf.compat.v1.estimator.inputs.pandas_input_fn(x=traindf[columns][int(os.getenv('RANK_ID', "
+            "'0'))::int(os.getenv('RANK_SIZE', '1'))][:len(traindf[columns]) // "
+            "int(os.getenv('RANK_SIZE', '1'))], y=(traindf['value'] / SCALE)[int(os.getenv('RANK_ID', "
+            "'0'))::int(os.getenv('RANK_SIZE', '1'))][:len(traindf[columns]) // "
+            "int(os.getenv('RANK_SIZE', '1'))], batch_size=100 // int(os.getenv('RANK_SIZE', '1')), "
+            "num_epochs=None, shuffle=True)\n"
             "estimator = tf.compat.v1.estimator.LinearRegressor(feature_columns=cols, "
             "optimizer=npu_distributed_optimizer_wrapper(tf.compat.v1.train.FtrlOptimizer(0.01)))\n"
             "estimator.train(train_input_fn, steps=100, hooks=npu_hooks_append())\n",
@@ -723,12 +730,11 @@ class MissingShard(Rule):
             "import tensorflow as tf\n"
             "x = [-1, 0, 1, 2]\ny = [-3, -1, 1, 3]\n"
             "model.compile(optimizer='sgd', loss='mse')\nmodel.fit(x, y, epochs=2)\n",
-            "import tensorflow as tf\n"
-            "import os\n"
-            "x = [-1, 0, 1, 2]\ny = [-3, -1, 1, 3]\n"
+            "import tensorflow as tf\nimport os\nx = [-1, 0, 1, 2]\ny = [-3, -1, 1, 3]\n"
             "model.compile(optimizer='sgd', loss='mse')\n"
             "rank_size, rank_id = int(os.getenv('RANK_SIZE', '1')), int(os.getenv('RANK_ID', '0'))\n"
-            "model.fit(x[rank_id::rank_size], y[rank_id::rank_size], epochs=2, batch_size=32 // rank_size)\n",
+            "model.fit(x[rank_id::rank_size][:len(x) // rank_size], y[rank_id::rank_size][:len(x) // "
+            "rank_size], epochs=2, batch_size=32 // rank_size)\n",
         ),
         # A tensorflow_io reader is a tf.data dataset: sharded as any pipeline source.
         Example(
@@ -805,19 +811,20 @@ class MissingShard(Rule):
             "        offset = (step * batch_size) % (train_labels.shape[0] - batch_size)\n"
             "        batch_data = train_dataset[offset:(offset + batch_size), :]\n"
             "        session.run(train_op, feed_dict={x: batch_data, y: train_labels[offset:(offset + batch_size)]})\n",
-            "import tensorflow as tf\n"
-            "import os\n"
-            "batch_size = 128 // int(os.getenv('RANK_SIZE', '1'))\n"
+            "import tensorflow as tf\nimport os\nbatch_size = 128 // int(os.getenv('RANK_SIZE', '1'))\n"
             "x = tf.placeholder(tf.float32, shape=(batch_size, 4))\n"
-            "y = tf.placeholder(tf.float32, shape=(batch_size, 1))\n"
-            "train_op = tf.train.GradientDescentOptimizer(0.5).minimize(tf.reduce_mean(tf.square(model(x) - y)))\n"
-            "# %%\n"
-            "with tf.Session() as session:\n"
-            "    session.run(tf.global_variables_initializer())\n"
+            "y = tf.placeholder(tf.float32, shape=(batch_size, 1))\ntrain_op = "
+            "tf.train.GradientDescentOptimizer(0.5).minimize(tf.reduce_mean(tf.square(model(x) - y)))\n# %%\n"
+            "with tf.Session() as session:\n    session.run(tf.global_variables_initializer())\n"
             "    for step in range(1000):\n"
-            "        offset = (step * batch_size) % (train_labels[int(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', '1'))].shape[0] - batch_size)\n"
-            "        batch_data = train_dataset[int(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', '1'))][offset:(offset + batch_size), :]\n"
-            "        session.run(train_op, feed_dict={x: batch_data, y: train_labels[int(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', '1'))][offset:(offset + batch_size)]})\n",
+            "        offset = (step * batch_size) % (train_labels[int(os.getenv('RANK_ID', "
+            "'0'))::int(os.getenv('RANK_SIZE', '1'))][:len(train_labels) // int(os.getenv('RANK_SIZE', "
+            "'1'))].shape[0] - batch_size)\n        batch_data = train_dataset[int(os.getenv('RANK_ID', "
+            "'0'))::int(os.getenv('RANK_SIZE', '1'))][:len(train_dataset) // "
+            "int(os.getenv('RANK_SIZE', '1'))][offset:(offset + batch_size), :]\n"
+            "        session.run(train_op, feed_dict={x: batch_data, y: "
+            "train_labels[int(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', "
+            "'1'))][:len(train_labels) // int(os.getenv('RANK_SIZE', '1'))][offset:(offset + batch_size)]})\n",
         ),
         # tfds.load returning splits together (a list with its info, a dict): the training split is sharded where it
         # comes out and its batch split (issue 34: a .shard on the call failed on the tuple).
@@ -949,15 +956,16 @@ class MissingShard(Rule):
             "input_fn = tf.estimator.inputs.numpy_input_fn(x={'images': mnist.test.images}, y=mnist.test.labels,\n"
             '    batch_size=128, shuffle=False)\n'
             'model.evaluate(input_fn)\n',
-            'import tensorflow as tf\n'
-            'import os\n'
-            'model = tf.estimator.Estimator(model_fn)\n'
-            "input_fn = tf.estimator.inputs.numpy_input_fn(x={'images': mnist.train.images[int(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', '1'))]}, y=mnist.train.labels[int(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', '1'))],\n"
+            "import tensorflow as tf\nimport os\nmodel = tf.estimator.Estimator(model_fn)\n"
+            "input_fn = tf.estimator.inputs.numpy_input_fn(x={'images': "
+            "mnist.train.images[int(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', "
+            "'1'))][:len(mnist.train.images) // int(os.getenv('RANK_SIZE', '1'))]}, "
+            "y=mnist.train.labels[int(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', "
+            "'1'))][:len(mnist.train.images) // int(os.getenv('RANK_SIZE', '1'))],\n"
             "    batch_size=128 // int(os.getenv('RANK_SIZE', '1')), num_epochs=None, shuffle=True)\n"
-            'model.train(input_fn, steps=2000)\n'
+            "model.train(input_fn, steps=2000)\n"
             "input_fn = tf.estimator.inputs.numpy_input_fn(x={'images': mnist.test.images}, y=mnist.test.labels,\n"
-            '    batch_size=128, shuffle=False)\n'
-            'model.evaluate(input_fn)\n',
+            "    batch_size=128, shuffle=False)\nmodel.evaluate(input_fn)\n",
         ),
         # The same, the loop in a function the dataset is given to (TensorFlow's DCGAN tutorial: ``train(dataset,
         # epochs)`` iterates its parameter): the noise in the step it calls follows the split too.
@@ -1703,7 +1711,7 @@ class MissingShard(Rule):
         size = _batch_size_constant(context, cell, loop, slices)
         if size is None:
             return self._split_each_window(context, cell, facts, slices, arrays, rank_rows)
-        edits = [replace(cell, facts, node, node.id + rank_rows, [NEEDS_OS])
+        edits = [replace(cell, facts, node, node.id + _even_rank_rows(node.id), [NEEDS_OS])
                  for node in ast.walk(loop)
                  if isinstance(node, ast.Name) and node.id in arrays and isinstance(node.ctx, ast.Load)]
         if size is not None:
@@ -1714,7 +1722,8 @@ class MissingShard(Rule):
         return self.finding(
             cell, facts, slices[0],
             _("every rank feeds the same rows of {arrays}: step through this rank's rows "
-              "(every RANK_SIZE-th from RANK_ID){split}").format(arrays=", ".join(sorted(arrays)), split=split), edits,
+              "(every RANK_SIZE-th from RANK_ID){split}").format(arrays=", ".join(sorted(arrays)), split=split)
+            + _even_rows_note(), edits,
         )
 
     def _shard_helper_batches(self, context, cell, facts: CellFacts, loop: ast.stmt, helped) -> Finding:
@@ -1887,8 +1896,8 @@ class MissingShard(Rule):
                     "(x[RANK_ID::RANK_SIZE]) and split the batch size across ranks (slice each array by hand)")))
                 continue
             message = _("every rank reads all the arrays of this input_fn: give each rank every N-th row "
-                        "(x[RANK_ID::RANK_SIZE]) and split the batch size across ranks")
-            rank_slice = f"[{K.RANK_ID_EXPR}::{K.RANK_SIZE_EXPR}]"
+                        "(x[RANK_ID::RANK_SIZE]) and split the batch size across ranks") + _even_rows_note()
+            rank_slice = _even_rank_rows(_rows_counted_by(facts, arrays))
             edits = [_sliced(cell, facts, array, rank_slice, [NEEDS_OS]) for array in arrays]
             batch_size = site.keyword("batch_size")
             if batch_size is not None:
@@ -1962,7 +1971,7 @@ class MissingShard(Rule):
             message = _(
                 "every rank trains on all the arrays: give each rank every N-th sample "
                 "(x[rank_id::rank_size]) and split the batch size across ranks"
-            )
+            ) + _even_rows_note()
             scope = (cell, site.function)
             context.shard_fix_splits_batch = True
             edits = _array_edits(context, cell, facts, site, arrays, define_rank=scope not in scopes_with_rank_line)
@@ -2744,7 +2753,7 @@ def _is_samples(node: ast.expr) -> bool:
 
 def _array_edits(context, cell, facts: CellFacts, site: CallSite, arrays, define_rank: bool) -> List[Edit]:
     needs = [NEEDS_OS]
-    rank_slice = "[rank_id::rank_size]"
+    rank_slice = _even_rank_rows(_rows_counted_by(facts, arrays), "rank_id", "rank_size")
     edits = [_sliced(cell, facts, array, rank_slice, needs) for array in arrays]
     if define_rank:
         edits.insert(0, insert_before(
@@ -2756,6 +2765,26 @@ def _array_edits(context, cell, facts: CellFacts, site: CallSite, arrays, define
     else:
         edits.append(add_argument(cell, facts, site.node, "batch_size=32 // rank_size", needs))
     return edits
+
+
+def _even_rank_rows(counted: str, rank_id: str = K.RANK_ID_EXPR, rank_size: str = K.RANK_SIZE_EXPR) -> str:
+    """``[rank_id::rank_size][:len(x) // rank_size]``: this rank's every N-th row, as many on every rank.
+    Without the cut, 303 rows give rank 0 152 and rank 1 151; when a rank's row count is a multiple of
+    its batch (a batch of 1 here; 1,797 digits on 8 cards with a batch of 4), rank 0 takes one more step
+    and waits in an all-reduce the others never join. At most RANK_SIZE - 1 rows are left out."""
+    return f"[{rank_id}::{rank_size}][:len({counted}) // {rank_size}]"
+
+
+def _even_rows_note() -> str:
+    return _("; every rank keeps len(x) // RANK_SIZE of its rows, so that all ranks take as many steps (an uneven "
+             "split leaves one rank waiting in an all-reduce the others never join)")
+
+
+def _rows_counted_by(facts: CellFacts, arrays: List[ast.expr]) -> str:
+    """The code whose len() is the sample count: a named array among them (the inputs, labels and
+    weights of one call have as many rows), else the first one's code."""
+    named = [array for array in arrays if isinstance(array, (ast.Name, ast.Attribute, ast.Subscript))]
+    return facts.segment((named or arrays)[0])
 
 
 def _sliced(cell, facts: CellFacts, array: ast.expr, rank_slice: str, needs) -> Edit:

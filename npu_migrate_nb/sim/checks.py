@@ -20,7 +20,7 @@ which step fixes it.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -492,6 +492,16 @@ def check_shard(records: Records, size: int) -> Check:
                               fix=fix_for("shard", first["source"])),
             cell,
         )
+    uneven = uneven_steps(records, size)
+    if uneven is not None:
+        record, planned = uneven
+        return Check("shard", FAIL, _(
+            "the ranks would train for different numbers of steps{where}: {counts}; past the shortest, a rank "
+            "waits in an all-reduce the others never join (proof mode stopped every rank before that). Give "
+            "every rank as many rows: x[rank_id::rank_size][:len(x) // rank_size], or a dataset cut to a "
+            "multiple of RANK_SIZE before .shard").format(
+                where=_where(record), counts=_groups({rank: f"{count:,}" for rank, count in planned.items()})),
+            record["cell"])
     random = [rank for rank, record in inputs.items() if record.get("deterministic") is False]
     unsharded = [rank for rank in random if not inputs[rank].get("sharded")]
     if unsharded:
@@ -505,6 +515,25 @@ def check_shard(records: Records, size: int) -> Check:
         )
     return Check("shard", PASS, _("each of the {size} ranks read a different first batch{where}").format(
         size=size, where=_where(first)), cell)
+
+
+def uneven_steps(records: Records, size: int) -> Optional[Tuple[dict, Dict[int, int]]]:
+    """(rank 0's record, steps or loop turns by rank) of the first training call proof mode cut whose
+    length, as written, differs from rank to rank; None when all agree or cannot be told. Proof mode
+    cuts every rank at the same step, so an uneven shard (303 rows: 152 and 151, a batch of 1) would
+    otherwise pass, and then hang on cards at the last step of the rank with more."""
+    cut = {rank: [r for r in records.get(rank, []) if r["kind"] == "shortened"] for rank in range(size)}
+    for index, first in enumerate(cut[0]):
+        planned = {}
+        for rank in range(size):
+            if index >= len(cut[rank]) or (cut[rank][index]["cell"], cut[rank][index]["source"]) != \
+                    (first["cell"], first["source"]):
+                return None  # the ranks cut different calls: their order cannot be matched
+            record = cut[rank][index]
+            planned[rank] = record.get("written") if record.get("written") is not None else record.get("iterations")
+        if None not in planned.values() and len(set(planned.values())) > 1:
+            return first, planned
+    return None
 
 
 def _shared_samples(inputs):

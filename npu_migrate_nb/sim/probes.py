@@ -153,7 +153,7 @@ class ProofRange(collections.abc.Sequence):
         self._range = builtins.range(*args)
 
     def __iter__(self):
-        return _ProofRangeIterator(iter(self._range))
+        return _ProofRangeIterator(iter(self._range), len(self._range))
 
     def __len__(self):
         return len(self._range)
@@ -181,8 +181,8 @@ class ProofRange(collections.abc.Sequence):
 
 
 class _ProofRangeIterator:
-    def __init__(self, numbers):
-        self._numbers = numbers
+    def __init__(self, numbers, length: int):
+        self._numbers, self._length = numbers, length
         self._steps_at_start = self._steps_seen = _loop_tracker.total_steps()
 
     def __iter__(self):
@@ -194,16 +194,20 @@ class _ProofRangeIterator:
             trained, self._steps_seen = steps > self._steps_seen, steps
             if trained and steps - self._steps_at_start >= _proof.budget:
                 if not _loop_tracker.shortened_in_cell:
-                    record_shortened("custom loop", steps - self._steps_at_start, None)
+                    record_shortened("custom loop", steps - self._steps_at_start, None, iterations=self._length)
                 _loop_tracker.shortened_in_cell = True
                 raise StopIteration
         return next(self._numbers)
 
 
-def record_shortened(what: str, taken: int, written: Optional[int], ran_as_written: str = "") -> None:
+def record_shortened(what: str, taken: int, written: Optional[int], ran_as_written: str = "",
+                     iterations: Optional[int] = None) -> None:
     """A training (or evaluation) call proof mode stopped after ``taken`` of ``written`` steps (None:
-    not known), or one it could not shorten (``ran_as_written`` says why)."""
-    _record("shortened", what, taken=int(taken), written=written, ran_as_written=ran_as_written)
+    not known), or one it could not shorten (``ran_as_written`` says why). ``iterations``: the length
+    of the loop it cut. Both are compared across ranks: ranks cut at the same step would, as written,
+    have parted where the shortest ends (see ``checks.uneven_steps``)."""
+    _record("shortened", what, taken=int(taken), written=written, ran_as_written=ran_as_written,
+            iterations=iterations)
 
 
 def take_records() -> List[dict]:

@@ -89,6 +89,30 @@ def test_four_ranks_with_two_equal_batches_fail_shard():
     assert check.status == "fail" and "ranks 0,1: a" in check.detail
 
 
+def shortened(written=None, iterations=None, source="keras fit", cell=3):
+    return {"kind": "shortened", "source": source, "cell": cell, "taken": 3, "written": written,
+            "ran_as_written": "", "iterations": iterations, "seq": 9}
+
+
+@pytest.mark.parametrize("cut", [dict(written=68), dict(iterations=34)], ids=["fit steps", "loop turns"])
+def test_ranks_that_would_train_for_different_step_counts_fail_shard(cut):
+    """303 rows split every N-th row give 152 and 151: with a batch of 1, rank 0 would take one more
+    step and wait forever. Proof mode cut both at step 3, so their batches alone pass."""
+    other = {key: value - 2 for key, value in cut.items()}
+    records = {0: [batch("a"), shortened(**cut)], 1: [batch("b"), shortened(**other)]}
+    check = checks.check_shard(records, 2)
+    assert check.status == "fail" and "different numbers of steps" in check.detail and check.cell == 3
+    records = {0: [batch("a"), shortened(**cut)], 1: [batch("b"), shortened(**cut)]}
+    assert checks.check_shard(records, 2).status == "pass"
+
+
+def test_step_counts_unknown_or_of_calls_that_do_not_match_say_nothing():
+    records = {0: [batch("a"), shortened(68)], 1: [batch("b"), shortened(None)]}
+    assert checks.check_shard(records, 2).status == "pass"
+    records = {0: [batch("a"), shortened(68)], 1: [batch("b"), shortened(66, source="estimator train")]}
+    assert checks.check_shard(records, 2).status == "pass"
+
+
 def test_the_training_input_is_the_last_read_before_training_started():
     rank0 = [batch("peek", seq=0), batch("a", seq=1), weights("start", [1.0], 2), batch("eval", seq=3)]
     assert checks.training_input(rank0)["fingerprint"] == "a"

@@ -13,6 +13,7 @@ after ``fix``, every cell runs and the three checks pass.
 * a TF1 graph trained on constants first, then on batches fed through ``feed_dict`` (the probe
   watched only the first loop's feed, so the fed batches were never seen);
 * an odd count of time-series windows (a plain shard left one rank a step more, waiting forever);
+* an odd count of rows given to fit or fed by a loop (every N-th row left rank 0 a step more, waiting forever);
 * GANs (issue 34, TensorFlow-Examples): noise and labels made in the step with the global batch size beside
   a rank's rows (a shape error on the ranks), two models each with its optimizer (both broadcast, each
   checked), and a TF1 session run updating both (the probes' order differs from rank to rank);
@@ -213,6 +214,37 @@ ODD_COUNT_OF_WINDOWS = [
     "model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(30,))])\n"
     "model.compile(loss='mse', optimizer=tf.keras.optimizers.SGD(0.01))\n"
     "model.fit(window_dataset(series, 30, 4), epochs=2, verbose=0)",
+]
+
+# Deep Learning with Python's k-fold chapter: 303 rows given to fit with a batch of 1. Every N-th row gave
+# rank 0 152 and rank 1 151: rank 0's last step waited in an all-reduce rank 1 never joined. Here 67 rows
+# and a global batch of 2 (1 a rank: 34 steps and 33), and a TF1 loop stepping through 131 rows by a batch
+# of 2 (66 turns and 65). Proof mode cuts every rank at the same step: the turns they would take are compared.
+ODD_COUNT_OF_ROWS = [
+    "import numpy as np\nimport tensorflow as tf\n"
+    "rng = np.random.RandomState(0)\n"
+    "x = rng.rand(67, 4).astype('float32')\n"
+    "y = x.sum(axis=1, keepdims=True).astype('float32')",
+    "model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(4,))])\n"
+    "model.compile(optimizer=tf.keras.optimizers.SGD(0.01), loss='mse')\n"
+    "model.fit(x, y, batch_size=2, epochs=2, shuffle=False, verbose=0)",
+]
+ODD_COUNT_OF_FED_ROWS = [
+    "import numpy as np\nimport tensorflow.compat.v1 as tf\ntf.disable_eager_execution()\n"
+    "rng = np.random.RandomState(0)\n"
+    "X = rng.rand(131, 4).astype('float32')\n"
+    "Y = X.sum(axis=1, keepdims=True).astype('float32')",
+    "x = tf.placeholder(tf.float32, [None, 4])\n"
+    "y = tf.placeholder(tf.float32, [None, 1])\n"
+    "w = tf.Variable(tf.zeros([4, 1]))\n"
+    "loss = tf.reduce_mean(tf.square(tf.matmul(x, w) - y))\n"
+    "train_op = tf.train.GradientDescentOptimizer(0.1).minimize(loss)",
+    "batch_size = 2\n"
+    "with tf.Session() as sess:\n"
+    "    sess.run(tf.global_variables_initializer())\n"
+    "    for epoch in range(2):\n"
+    "        for i in range(0, len(X), batch_size):\n"
+    "            sess.run(train_op, feed_dict={x: X[i:i + batch_size], y: Y[i:i + batch_size]})",
 ]
 
 GAN_TF2 = [
@@ -608,6 +640,10 @@ CASES = {
     "one sample repeated": (ONE_SAMPLE_REPEATED, "tf2"),
     "a tf1 graph on constants, then batches fed": (TF1_CONSTANTS_THEN_FEED, "tf1"),
     "an odd count of windows": (ODD_COUNT_OF_WINDOWS, "tf2"),
+    "an odd count of rows given to fit, a rank's rows a multiple of its batch (issue 34, dlwp k-fold)":
+        (ODD_COUNT_OF_ROWS, "tf2"),
+    "an odd count of rows fed by a tf1 loop, a rank's rows a multiple of its batch (issue 34)":
+        (ODD_COUNT_OF_FED_ROWS, "tf1"),
 }
 EXPECTED_AFTER_FIX = {"one sample repeated": ONE_SAMPLE_CHECKS,
                       "a learning rule: two rbms trained by contrastive divergence (issue 34, packt)": LEARNING_RULE_CHECKS}
