@@ -32,8 +32,8 @@ def test_the_factory_gets_the_wrapped_optimizer_and_the_fit_its_broadcast_and_sl
     fixed = joined(notebook, fix_notebook(notebook, analyze(notebook)).sources)
     assert "model.compile(optimizer=npu.distribute.npu_distributed_keras_optimizer_wrapper(tf.keras.optimizers.Adam())" in fixed
     assert "npu.distribute.broadcast(base_model.trainable_variables)\n" in fixed
-    assert ("base_model.fit(x_train[rank_id::rank_size][:len(x_train) // rank_size], "
-            "y_train[rank_id::rank_size][:len(x_train) // rank_size]") in fixed
+    assert ("base_model.fit(x_train[rank_id::rank_size][:len(y_train) // rank_size], "
+            "y_train[rank_id::rank_size][:len(y_train) // rank_size]") in fixed
     assert analyze(notebook_from(fixed)).steps == {"broadcast": "present", "allreduce": "present", "shard": "present"}
 
 
@@ -134,8 +134,8 @@ def test_tfds_whole_split_tensors_are_sliced_at_fit_not_sharded_as_one_element()
     notebook = notebook_from(code)
     fixed = joined(notebook, fix_notebook(notebook, analyze(notebook)).sources)
     assert ".shard(" not in fixed
-    assert ("model.fit(x_train[rank_id::rank_size][:len(x_train) // rank_size], "
-            "y_train[rank_id::rank_size][:len(x_train) // rank_size], batch_size=64 // rank_size,") in fixed
+    assert ("model.fit(x_train[rank_id::rank_size][:len(y_train) // rank_size], "
+            "y_train[rank_id::rank_size][:len(y_train) // rank_size], batch_size=64 // rank_size,") in fixed
 
 
 def _compile_site(code):

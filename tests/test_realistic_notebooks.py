@@ -117,7 +117,7 @@ def test_a_step_that_cannot_be_located_is_still_reported_where_training_happens(
 def test_an_estimators_numpy_input_fn_is_sharded_by_slicing_its_arrays():
     text = NUMPY_INPUT_ESTIMATOR.replace("pandas_input_fn(frame, y=labels,", "numpy_input_fn(x={'x': X}, y=Y,")
     _, fixed, after = fixed_and_reanalyzed(text)
-    rows = "[int(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', '1'))][:len(X) // int(os.getenv('RANK_SIZE', '1'))]"
+    rows = "[int(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', '1'))][:len(Y) // int(os.getenv('RANK_SIZE', '1'))]"
     assert (f"numpy_input_fn(x={{'x': X{rows}}}, y=Y{rows}, "
             "batch_size=32 // int(os.getenv('RANK_SIZE', '1')), shuffle=True)") in fixed
     assert after.steps == {"broadcast": "present", "allreduce": "present", "shard": "present"}
@@ -166,7 +166,7 @@ model.fit(x=[a, b], y=y, batch_size=16)
 
 def test_multi_input_arrays_are_sliced_one_by_one_with_one_rank_line():
     _, fixed, after = fixed_and_reanalyzed(MULTI_INPUT_FIT)
-    rows = "[rank_id::rank_size][:len(a) // rank_size]"
+    rows = "[rank_id::rank_size][:len(y) // rank_size]"
     assert f'model.fit({{"a": a{rows}, "b": b{rows}}}, y{rows}, batch_size=16 // rank_size' in fixed
     assert f"model.fit(x=[a{rows}, b{rows}], y=y{rows}, batch_size=16 // rank_size" in fixed
     assert fixed.count("rank_size, rank_id = ") == 1

@@ -174,7 +174,7 @@ class MissingShard(Rule):
             "model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(4,))])\n"
             "model.compile(optimizer='sgd', loss='mse')\n"
             "rank_size, rank_id = int(os.getenv('RANK_SIZE', '1')), int(os.getenv('RANK_ID', '0'))\n"
-            "model.fit(x[rank_id::rank_size][:len(x) // rank_size], y[rank_id::rank_size][:len(x) // "
+            "model.fit(x[rank_id::rank_size][:len(y) // rank_size], y[rank_id::rank_size][:len(y) // "
             "rank_size], batch_size=1, epochs=2)\n",
         ),
         # fit given arrays without labels (an autoencoder's inputs): the arrays are sharded too.
@@ -272,9 +272,9 @@ class MissingShard(Rule):
             "import numpy as np\nimport tensorflow.compat.v1 as tf1\nimport os\n"
             "classifier = tf1.estimator.DNNClassifier(feature_columns=columns, hidden_units=[32])\n"
             "train_input_fn = tf1.estimator.inputs.numpy_input_fn(x={'x': "
-            "x_train[int(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', '1'))][:len(x_train) "
+            "x_train[int(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', '1'))][:len(y_train) "
             "// int(os.getenv('RANK_SIZE', '1'))]}, y=y_train[int(os.getenv('RANK_ID', "
-            "'0'))::int(os.getenv('RANK_SIZE', '1'))][:len(x_train) // int(os.getenv('RANK_SIZE', "
+            "'0'))::int(os.getenv('RANK_SIZE', '1'))][:len(y_train) // int(os.getenv('RANK_SIZE', "
             "'1'))], batch_size=50 // int(os.getenv('RANK_SIZE', '1')), shuffle=True)\n"
             "classifier.train(train_input_fn, max_steps=10)\n",
         ),
@@ -580,8 +580,8 @@ class MissingShard(Rule):
             "import tensorflow as tf\nimport os\n(x_train, y_train), _ = tf.keras.datasets.mnist.load_data()\n"
             "model.compile(optimizer='adam', loss='sparse_categorical_crossentropy')\n"
             "rank_size, rank_id = int(os.getenv('RANK_SIZE', '1')), int(os.getenv('RANK_ID', '0'))\n"
-            "model.fit(x_train[rank_id::rank_size][:len(x_train) // rank_size], "
-            "y_train[rank_id::rank_size][:len(x_train) // rank_size], batch_size=128 // rank_size, epochs=2)\n",
+            "model.fit(x_train[rank_id::rank_size][:len(y_train) // rank_size], "
+            "y_train[rank_id::rank_size][:len(y_train) // rank_size], batch_size=128 // rank_size, epochs=2)\n",
         ),
         # Multi-GPU towers (TensorFlow-Examples): the rank's batch is cut into towers by offsets counted in
         # the global batch, which pointed past the end of a rank's rows (empty towers): counted in the rank's.
@@ -652,11 +652,11 @@ class MissingShard(Rule):
             "    estimator = tf.compat.v1.estimator.LinearRegressor(feature_columns=cols, "
             "optimizer=npu_distributed_optimizer_wrapper(tf.compat.v1.train.FtrlOptimizer(0.2)))\n    train_spec = "
             "tf.estimator.TrainSpec(input_fn=tf.compat.v1.estimator.inputs.pandas_input_fn(x=traindf[int"
-            "(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', '1'))][:len(traindf) // "
+            "(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', '1'))][:len(traindf['value']) // "
             "int(os.getenv('RANK_SIZE', '1'))], y=traindf['value'][int(os.getenv('RANK_ID', "
-            "'0'))::int(os.getenv('RANK_SIZE', '1'))][:len(traindf) // int(os.getenv('RANK_SIZE', "
-            "'1'))], batch_size=100 // int(os.getenv('RANK_SIZE', '1')), num_epochs=None, "
-            "shuffle=True), max_steps=100, hooks=npu_hooks_append())\n    eval_spec = "
+            "'0'))::int(os.getenv('RANK_SIZE', '1'))][:len(traindf['value']) // "
+            "int(os.getenv('RANK_SIZE', '1'))], batch_size=100 // int(os.getenv('RANK_SIZE', '1')), "
+            "num_epochs=None, shuffle=True), max_steps=100, hooks=npu_hooks_append())\n    eval_spec = "
             "tf.estimator.EvalSpec(input_fn=tf.compat.v1.estimator.inputs.pandas_input_fn(x=evaldf, "
             "y=evaldf['value'], num_epochs=1, shuffle=False))\n"
             "    tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)\n",
@@ -691,9 +691,9 @@ class MissingShard(Rule):
             "import numpy as np\nimport tensorflow as tf\nimport os\nsample_weight = np.random.rand(len(y_train))\n"
             "model.compile(optimizer='adam', loss='mse')\n"
             "rank_size, rank_id = int(os.getenv('RANK_SIZE', '1')), int(os.getenv('RANK_ID', '0'))\n"
-            "model.fit(X_train[rank_id::rank_size][:len(X_train) // rank_size], "
-            "y_train[rank_id::rank_size][:len(X_train) // rank_size], epochs=2, "
-            "sample_weight=sample_weight[rank_id::rank_size][:len(X_train) // rank_size], "
+            "model.fit(X_train[rank_id::rank_size][:len(y_train) // rank_size], "
+            "y_train[rank_id::rank_size][:len(y_train) // rank_size], epochs=2, "
+            "sample_weight=sample_weight[rank_id::rank_size][:len(y_train) // rank_size], "
             "batch_size=32 // rank_size)\n",
         ),
         # An array computed in the call is sliced whole, in parentheses (``x / 255.0[...]`` would slice the number).
@@ -705,6 +705,15 @@ class MissingShard(Rule):
             "rank_size, rank_id = int(os.getenv('RANK_SIZE', '1')), int(os.getenv('RANK_ID', '0'))\n"
             "model.fit((x_train / 255.0)[rank_id::rank_size][:len(y_train) // rank_size], "
             "y_train[rank_id::rank_size][:len(y_train) // rank_size], epochs=2, batch_size=32 // rank_size)\n",
+        ),
+        # Every rank as many rows, counted on the array a cast is of (not by casting it again).
+        Example(
+            "import numpy as np\nimport tensorflow as tf\nmodel.compile(optimizer='sgd', loss='mse')\n"
+            "model.fit(X_scaled.astype(np.float32), y.astype(np.float32), epochs=2)\n",
+            "import numpy as np\nimport tensorflow as tf\nimport os\nmodel.compile(optimizer='sgd', loss='mse')\n"
+            "rank_size, rank_id = int(os.getenv('RANK_SIZE', '1')), int(os.getenv('RANK_ID', '0'))\n"
+            "model.fit(X_scaled.astype(np.float32)[rank_id::rank_size][:len(y) // rank_size], "
+            "y.astype(np.float32)[rank_id::rank_size][:len(y) // rank_size], epochs=2, batch_size=32 // rank_size)\n",
         ),
         # pandas_input_fn: a DataFrame's and a Series' rows slice as an array's.
         Example(
@@ -733,7 +742,7 @@ class MissingShard(Rule):
             "import tensorflow as tf\nimport os\nx = [-1, 0, 1, 2]\ny = [-3, -1, 1, 3]\n"
             "model.compile(optimizer='sgd', loss='mse')\n"
             "rank_size, rank_id = int(os.getenv('RANK_SIZE', '1')), int(os.getenv('RANK_ID', '0'))\n"
-            "model.fit(x[rank_id::rank_size][:len(x) // rank_size], y[rank_id::rank_size][:len(x) // "
+            "model.fit(x[rank_id::rank_size][:len(y) // rank_size], y[rank_id::rank_size][:len(y) // "
             "rank_size], epochs=2, batch_size=32 // rank_size)\n",
         ),
         # A tensorflow_io reader is a tf.data dataset: sharded as any pipeline source.
@@ -959,9 +968,9 @@ class MissingShard(Rule):
             "import tensorflow as tf\nimport os\nmodel = tf.estimator.Estimator(model_fn)\n"
             "input_fn = tf.estimator.inputs.numpy_input_fn(x={'images': "
             "mnist.train.images[int(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', "
-            "'1'))][:len(mnist.train.images) // int(os.getenv('RANK_SIZE', '1'))]}, "
+            "'1'))][:len(mnist.train.labels) // int(os.getenv('RANK_SIZE', '1'))]}, "
             "y=mnist.train.labels[int(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', "
-            "'1'))][:len(mnist.train.images) // int(os.getenv('RANK_SIZE', '1'))],\n"
+            "'1'))][:len(mnist.train.labels) // int(os.getenv('RANK_SIZE', '1'))],\n"
             "    batch_size=128 // int(os.getenv('RANK_SIZE', '1')), num_epochs=None, shuffle=True)\n"
             "model.train(input_fn, steps=2000)\n"
             "input_fn = tf.estimator.inputs.numpy_input_fn(x={'images': mnist.test.images}, y=mnist.test.labels,\n"
@@ -1897,7 +1906,7 @@ class MissingShard(Rule):
                 continue
             message = _("every rank reads all the arrays of this input_fn: give each rank every N-th row "
                         "(x[RANK_ID::RANK_SIZE]) and split the batch size across ranks") + _even_rows_note()
-            rank_slice = _even_rank_rows(_rows_counted_by(facts, arrays))
+            rank_slice = _even_rank_rows(_rows_counted_by(facts, arrays, site.argument(1, "y")))
             edits = [_sliced(cell, facts, array, rank_slice, [NEEDS_OS]) for array in arrays]
             batch_size = site.keyword("batch_size")
             if batch_size is not None:
@@ -2753,7 +2762,7 @@ def _is_samples(node: ast.expr) -> bool:
 
 def _array_edits(context, cell, facts: CellFacts, site: CallSite, arrays, define_rank: bool) -> List[Edit]:
     needs = [NEEDS_OS]
-    rank_slice = _even_rank_rows(_rows_counted_by(facts, arrays), "rank_id", "rank_size")
+    rank_slice = _even_rank_rows(_rows_counted_by(facts, arrays, site.argument(1, "y")), "rank_id", "rank_size")
     edits = [_sliced(cell, facts, array, rank_slice, needs) for array in arrays]
     if define_rank:
         edits.insert(0, insert_before(
@@ -2780,11 +2789,21 @@ def _even_rows_note() -> str:
              "split leaves one rank waiting in an all-reduce the others never join)")
 
 
-def _rows_counted_by(facts: CellFacts, arrays: List[ast.expr]) -> str:
-    """The code whose len() is the sample count: a named array among them (the inputs, labels and
-    weights of one call have as many rows), else the first one's code."""
-    named = [array for array in arrays if isinstance(array, (ast.Name, ast.Attribute, ast.Subscript))]
-    return facts.segment((named or arrays)[0])
+def _rows_counted_by(facts: CellFacts, arrays: List[ast.expr], labels: Optional[ast.expr]) -> str:
+    """The code whose len() is the sample count: a named array among them, the labels first (the
+    inputs, labels and weights of one call have as many rows, and the inputs may be a scipy sparse
+    matrix, which has no len(); ``x.astype(np.float32)`` has ``x``'s rows), else the first one's code,
+    computed again."""
+    first = [leaf for leaf in _array_leaves(labels) if leaf is not None] if labels is not None else []
+    kept = [_same_rows_as(array) for array in first + list(arrays)]
+    named = [array for array in kept if isinstance(array, (ast.Name, ast.Attribute, ast.Subscript))]
+    return facts.segment((named or kept)[0])
+
+
+def _same_rows_as(array: ast.expr) -> ast.expr:
+    while isinstance(array, ast.Call) and isinstance(array.func, ast.Attribute) and array.func.attr in ("astype", "copy"):
+        array = array.func.value
+    return array
 
 
 def _sliced(cell, facts: CellFacts, array: ast.expr, rank_slice: str, needs) -> Edit:

@@ -73,8 +73,10 @@ FIXES = {
     "shard": {
         "estimator": N_("in the input_fn: dataset.shard(int(os.environ['RANK_SIZE']), int(os.environ['RANK_ID'])) "
                         "before batching, with the batch size divided by RANK_SIZE"),
-        "estimator numpy arrays": N_("numpy_input_fn(x=x[rank_id::rank_size], y=y[rank_id::rank_size], "
-                                     "batch_size=batch_size // rank_size)"),
+        "estimator numpy arrays": N_("numpy_input_fn(x=x[rank_id::rank_size][:len(x) // rank_size], "
+                                     "y=y[rank_id::rank_size][:len(x) // rank_size], batch_size=batch_size // rank_size)"),
+        "keras fit arrays": N_("model.fit(x[rank_id::rank_size][:len(x) // rank_size], y[rank_id::rank_size][:len(x) // "
+                               "rank_size], batch_size=batch_size // rank_size)"),
         "arrays the step reads": N_("each rank keeps its rows where the arrays are made: x = x[rank_id::rank_size]"),
         "graph constants the step reads": N_("each rank keeps its rows where the arrays are made: x = x[rank_id::rank_size]"),
         "window a learning rule reads": N_("each rank takes its rows of each window: batch = x[start:end][rank_id::rank_size]"),
