@@ -166,7 +166,8 @@ class MissingShard(Rule):
             "'RANK_SIZE', '1'))], y: Y[i:i + 100][int(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', '1'))]})\n",
         ),
         # A global batch of 1 given to fit cannot be split: the arrays are sharded, the batch is kept (never
-        # ``1 // rank_size``, 0 on two ranks, which Keras silently takes for 32).
+        # ``1 // rank_size``, 0 on two ranks, which Keras silently takes for 32). Every rank keeps as many rows:
+        # 303 rows as 152 and 151 gave rank 0 a last step waiting in an all-reduce rank 1 never joined.
         Example(
             "import tensorflow as tf\nmodel = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(4,))])\n"
             "model.compile(optimizer='sgd', loss='mse')\nmodel.fit(x, y, batch_size=1, epochs=2)\n",
