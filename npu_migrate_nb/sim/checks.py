@@ -526,13 +526,11 @@ def uneven_steps(records: Records, size: int) -> Optional[Tuple[dict, Dict[int, 
     otherwise pass, and then hang on cards at the last step of the rank with more."""
     cut = {rank: [r for r in records.get(rank, []) if r["kind"] == "shortened"] for rank in range(size)}
     for index, first in enumerate(cut[0]):
-        planned = {}
-        for rank in range(size):
-            if index >= len(cut[rank]) or (cut[rank][index]["cell"], cut[rank][index]["source"]) != \
-                    (first["cell"], first["source"]):
-                return None  # the ranks cut different calls: their order cannot be matched
-            record = cut[rank][index]
-            planned[rank] = record.get("written") if record.get("written") is not None else record.get("iterations")
+        calls = [cut[rank][index] if index < len(cut[rank]) else None for rank in range(size)]
+        if any(call is None or (call["cell"], call["source"]) != (first["cell"], first["source"]) for call in calls):
+            return None  # the ranks cut different calls: their order cannot be matched
+        planned = {rank: call["written"] if call.get("written") is not None else call.get("iterations")
+                   for rank, call in enumerate(calls)}
         if None not in planned.values() and len(set(planned.values())) > 1:
             return first, planned
     return None
