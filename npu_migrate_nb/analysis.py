@@ -213,7 +213,7 @@ def _has_keras_fit(facts: NotebookFacts) -> bool:
     factories = {site.function for site in compiles} - {None}
     for _cell, cell_facts, site in facts.keras_fits(*K.KERAS_FIT_METHODS):
         receiver = receiver_name(site)
-        if receiver is None or receiver in compiled or _made_by(facts, receiver, factories):
+        if receiver is None or receiver in compiled or _made_by(facts, receiver, factories) or site.method == "search":
             return True
         if _loop_variable(cell_facts, site, receiver) and _collected(facts, compiled):
             return True

@@ -538,6 +538,9 @@ NPU_BRIDGE_NAMES = frozenset(
 
 # Libraries whose models have a ``fit`` of their own that trains no Keras model (a notebook that compares a
 # scikit-learn baseline with its Keras network): their fit is not a training call of the three steps.
+KERAS_TUNER_PACKAGES = ("keras_tuner", "kerastuner")  # the second, the package's name before 1.1
+# keras-tuner's tuners whose search builds and fits a Keras model per trial (its SklearnTuner fits scikit-learn's).
+KERAS_TUNERS = frozenset({"RandomSearch", "BayesianOptimization", "Hyperband", "GridSearch", "Tuner"})
 OTHER_FIT_LIBRARIES = frozenset({"sklearn", "xgboost", "lightgbm", "catboost", "statsmodels", "prophet", "fbprophet",
                                  "pmdarima", "sktime", "gensim", "umap", "hdbscan", "surprise", "imblearn", "torch",
                                  "scipy", "pandas", "mlxtend", "category_encoders", "optuna"})
@@ -547,7 +550,7 @@ def canonical(name: str) -> str:
     for prefix, replacement in _CANONICAL_PREFIXES:
         if name.startswith(prefix):
             return replacement + name[len(prefix):]
-    if name.startswith(("tf_keras", "keras")) and "." not in name:
+    if name in ("tf_keras", "keras"):  # not keras_tuner, keras_cv: packages of their own
         return "tensorflow.keras"
     return name
 
@@ -639,10 +642,39 @@ class NotebookFacts:
         return self.resolve(written).partition(".")[0] in OTHER_FIT_LIBRARIES
 
     def keras_fits(self, *methods: str) -> Iterator[Tuple[int, CellFacts, CallSite]]:
-        """``calls(*methods)`` but those on a model another library made (scikit-learn's ``fit``)."""
-        for found in self.calls(*methods):
-            if not self.made_by_another_library(receiver_name(found[2])):
+        """``calls(*methods)`` but those on a model another library made (scikit-learn's ``fit``). When
+        ``fit`` is asked, a keras-tuner tuner's ``search`` comes too: it passes its arguments to the
+        ``fit`` of every trial's model (rules that name the model check ``site.method``)."""
+        searches = ("search",) if "fit" in methods and "search" not in methods else ()
+        for found in self.calls(*methods, *searches):
+            receiver = receiver_name(found[2])
+            if found[2].method == "search" and searches:
+                if self.is_a_tuner(receiver):
+                    yield found
+            elif not self.made_by_another_library(receiver):
                 yield found
+
+    def is_a_tuner(self, name: Optional[str]) -> bool:
+        """Is ``name`` last bound (at a cell's top level) to a keras-tuner tuner that trains Keras models
+        (``kt.Hyperband(...)``, or the notebook's subclass of one), not to scikit-learn's tuner?"""
+        if not name or "." in name:
+            return False
+        values = [a.value for _cell, _facts, a in self.assignments(name) if a.function is None and not a.tuple_target]
+        return bool(values) and isinstance(values[-1], ast.Call) and self.tuner_class(dotted_name(values[-1].func))
+
+    def tuner_class(self, written: Optional[str], depth: int = 3) -> bool:
+        """Is the class written ``written`` one of keras-tuner's Keras tuners, or a subclass of one the
+        notebook defines?"""
+        if not written or depth == 0:
+            return False
+        package, _dot, rest = self.resolve(written).partition(".")
+        if package in KERAS_TUNER_PACKAGES:
+            return rest.rsplit(".", 1)[-1] in KERAS_TUNERS
+        for _cell, facts in self.cells_mentioning(written):
+            definition = facts.classes.get(written)
+            if definition is not None:
+                return any(self.tuner_class(dotted_name(base), depth - 1) for base in definition.bases)
+        return False
 
     # queries
     def calls(self, *methods: str) -> Iterator[Tuple[int, CellFacts, CallSite]]:

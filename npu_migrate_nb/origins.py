@@ -55,7 +55,7 @@ def _subjects(context: "Context", step: str) -> Iterator[Tuple[int, CellFacts, a
             yield from _given(cell, facts, site, (0, "x"))
     if step == "broadcast":
         for cell, facts, site in facts_model.keras_fits("fit", "train"):
-            if site.receiver is not None:
+            if site.receiver is not None and site.method != "search":  # a tuner: its models are its own
                 yield cell, facts, site.receiver
 
 

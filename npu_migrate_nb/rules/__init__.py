@@ -24,6 +24,7 @@ from .shard_after_batch import ShardAfterBatch
 from .shared_model_dir import SharedModelDir
 from .tf2_broadcast_callback import TF2BroadcastCallback
 from .tf_distribute import TfDistributeLeftover
+from .tuner_per_rank import TunerPerRank
 from .unseeded_shuffle import UnseededShuffle
 
 RULE_CLASSES = (
@@ -50,6 +51,7 @@ RULE_CLASSES = (
     EveryRankWrites,
     RankDependentSteps,
     PerRankLogs,
+    TunerPerRank,
     MissingSetup,
 )
 ALL_RULES = tuple(rule() for rule in RULE_CLASSES)

@@ -27,6 +27,29 @@ from .base import (
 )
 
 
+_TUNER_BEFORE = (
+    "import tensorflow as tf\nimport keras_tuner as kt\n"
+    "def build_model(hp):\n"
+    "    model = tf.keras.Sequential([tf.keras.layers.Dense(hp.Int('units', 8, 32)), tf.keras.layers.Dense(1)])\n"
+    "    model.compile(optimizer='adam', loss='mse')\n"
+    "    return model\n"
+    "tuner = kt.RandomSearch(build_model, objective='val_loss', max_trials=3, seed=7)\n"
+    "stop_early = tf.keras.callbacks.EarlyStopping(monitor='val_loss', patience=5)\n"
+)
+
+# What the fix writes for it, as the examples show it.
+_SEARCH_CALLBACK_CLASS = (
+    "class SameTrialOnEveryRank(tf.keras.callbacks.Callback):\n"
+    "    def on_train_batch_end(self, batch, logs=None):\n"
+    "        if batch == 0:\n"
+    "            npu.distribute.broadcast(self.model.trainable_variables)\n"
+    "\n"
+    "    def on_epoch_end(self, epoch, logs=None):\n"
+    "        logs.update({key: float(npu.distribute.all_reduce(tf.constant(value, tf.float32), reduction='mean')) "
+    "for key, value in logs.items()})\n"
+)
+
+
 RULE_CONSTANT_START_REASON = N_(
     "every parameter the learning rule updates starts from a constant ({maker}): every rank starts from the "
     "same values, so there is nothing to broadcast")
@@ -896,6 +919,21 @@ class MissingBroadcast(Rule):
             '    run_optimization(batch_x, batch_y)\n'
             '    if optimizer.iterations == 1:\n'
             '        npu.distribute.broadcast(neural_net.trainable_variables)\n',
+        ),        # TensorFlow's keras-tuner tutorial: a model of the tuner's for each trial, and EarlyStopping reading its logs.
+        Example(
+            _TUNER_BEFORE + "tuner.search(x, y, epochs=50, validation_split=0.2, callbacks=[stop_early])\n",
+            "import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\n"
+            + _TUNER_BEFORE.split("\n", 1)[1]
+            + _SEARCH_CALLBACK_CLASS + "tuner.search(x, y, epochs=50, validation_split=0.2, callbacks=[SameTrialOnEveryRank(), stop_early])\n",
+        ),
+        # Its callbacks in a list bound to a name (Deep Learning with Python, chapter 13), and no model to broadcast
+        # outside the search: still one callback per search.
+        Example(
+            _TUNER_BEFORE + "callbacks = [stop_early]\ntuner.search(x, y, validation_data=(x_val, y_val), callbacks=callbacks)\n",
+            "import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\n"
+            + _TUNER_BEFORE.split("\n", 1)[1] + "callbacks = [stop_early]\n"
+            + _SEARCH_CALLBACK_CLASS
+            + "tuner.search(x, y, validation_data=(x_val, y_val), callbacks=[SameTrialOnEveryRank()] + list(callbacks))\n",
         ),
     ]
 
@@ -913,6 +951,8 @@ class MissingBroadcast(Rule):
         findings: List[Finding] = []
         if "estimator" in context.frameworks:
             findings += self._estimator(context)  # per training call: each must broadcast
+        if "keras" in context.frameworks:
+            findings += self._searches(context)  # per search: a tuner builds new models for each trial
         if context.steps["broadcast"] != "missing" or _horovod_broadcast(context):
             return findings  # a Horovod broadcast is converted by horovod-leftover
         tf2_callback = _uses_tf2_callback(context)
@@ -1012,7 +1052,7 @@ class MissingBroadcast(Rule):
     def _keras(self, context) -> Iterator[Finding]:
         for cell, facts, site in context.facts.keras_fits(*K.KERAS_FIT_METHODS):
             model = receiver_name(site)
-            if model is None:
+            if model is None or site.method == "search":
                 continue
             if context.tf1:
                 yield self._tf1_callback(cell, facts, site)
@@ -1026,6 +1066,31 @@ class MissingBroadcast(Rule):
                 )
             else:
                 yield self._after_first_batch(context, cell, facts, site, model)
+
+    # -- keras-tuner's search: a model of its own for each trial, out of the notebook's sight
+    def _searches(self, context) -> Iterator[Finding]:
+        defined = _search_callback_defined(context)
+        for cell, facts, site in context.facts.keras_fits("fit"):
+            if site.method != "search" or _search_broadcasts(context, site):
+                continue
+            if context.tf1:
+                yield self._tf1_callback(cell, facts, site)
+                continue
+            edits = []
+            if not defined:
+                top = top_level_statement(facts, site.stmt) or site.stmt
+                edits.append(insert_before(cell, facts, top, search_callback_class(context), [NEEDS_NPU_DEVICE]))
+                defined = True
+            edits.append(_first_callback(cell, facts, site, f"{SEARCH_CALLBACK}()", NEEDS_NPU_DEVICE))
+            yield self.finding(
+                cell, facts, site.node,
+                _("the tuner builds a new model for every trial of this search, and nothing broadcasts its variables "
+                  "from rank 0: each rank starts every trial from its own weights and scores it on its own logs, and "
+                  "the ranks' tuners part ways (different models in one all-reduce); add {callback} first in its "
+                  "callbacks: it broadcasts each trial's weights after the first batch and averages each epoch's logs "
+                  "across ranks").format(callback=f"{SEARCH_CALLBACK}()"),
+                edits,
+            )
 
     def _after_first_batch(self, context, cell, facts, site: CallSite, model: str) -> Finding:
         """A model built on its first call (subclassed, no input shape) has no variables before fit:
@@ -1395,6 +1460,68 @@ def _is_variable_initialization(context, node: ast.AST) -> bool:
         ):
             return True
     return False
+
+
+SEARCH_CALLBACK = "SameTrialOnEveryRank"
+
+
+def search_callback_class(context) -> str:
+    """A callback for a tuner's search: keras-tuner deep-copies the callbacks of each trial and sets
+    their model, so a class reaches the trial's model where a LambdaCallback cannot. Its epoch logs
+    are averaged first, before EarlyStopping and the tuner's own callbacks (appended last) read them."""
+    npu, tf = context.npu, context.tf
+    return (
+        f"class {SEARCH_CALLBACK}({keras_prefix(context)}.callbacks.Callback):\n"
+        "    def on_train_batch_end(self, batch, logs=None):\n"
+        "        if batch == 0:\n"
+        f"            {npu}.distribute.broadcast(self.model.trainable_variables)\n"
+        "\n"
+        "    def on_epoch_end(self, epoch, logs=None):\n"
+        f"        logs.update({{key: float({npu}.distribute.all_reduce({tf}.constant(value, {tf}.float32), "
+        "reduction='mean')) for key, value in logs.items()})"
+    )
+
+
+def _search_callback_defined(context) -> bool:
+    return any(SEARCH_CALLBACK in facts.classes for _cell, facts in context.facts.cells_mentioning(SEARCH_CALLBACK))
+
+
+def _search_broadcasts(context, site: CallSite) -> bool:
+    """Is a callback given to the search that broadcasts: an instance of a class of the notebook's whose
+    code broadcasts (in its list, or in the list bound to the name given), or the TF1 adapter's callback?"""
+    callbacks = site.keyword("callbacks")
+    if callbacks is None:
+        return False
+    given = [callbacks.value]
+    if isinstance(callbacks.value, ast.Name):
+        given += [a.value for _c, _f, a in context.facts.assignments(callbacks.value.id) if a.function is None]
+    for node in (n for value in given for n in ast.walk(value)):
+        if not isinstance(node, ast.Call):
+            continue
+        name = dotted_name(node.func) or ""
+        if name.rsplit(".", 1)[-1] == "NPUBroadcastGlobalVariablesCallback":
+            return True
+        for _cell, facts in context.facts.cells_mentioning(name):
+            definition = facts.classes.get(name)
+            if definition is not None and any(
+                    isinstance(call, ast.Call) and (dotted_name(call.func) or "").endswith("broadcast")
+                    for call in ast.walk(definition)):
+                return True
+    return False
+
+
+def _first_callback(cell, facts: CellFacts, site: CallSite, callback: str, needs: str):
+    """``callback`` first in the call's callbacks (its logs are averaged before the others read them)."""
+    callbacks = site.keyword("callbacks")
+    if callbacks is None:
+        return add_argument(cell, facts, site.node, f"callbacks=[{callback}]", [needs])
+    if isinstance(callbacks.value, ast.List) and callbacks.value.elts:
+        first = callbacks.value.elts[0]
+        return replace_with(cell, facts, first, callback + ", {first}", [needs], first=first)
+    if isinstance(callbacks.value, ast.List):
+        return append_element(cell, facts, callbacks.value, callback, [needs])
+    return replace_with(cell, facts, callbacks.value, f"[{callback}] + list({{callbacks}})", [needs],
+                        callbacks=callbacks.value)
 
 
 def _add_callback(cell, facts: CellFacts, site: CallSite, callback: str, needs: str):

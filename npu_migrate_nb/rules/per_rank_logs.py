@@ -116,7 +116,8 @@ def _given_to_fit(context, cell: int, site: CallSite):
     name = _bound_name(site)
     for fit_cell, fit_facts, fit in context.facts.keras_fits("fit"):
         keyword = fit.keyword("callbacks")
-        if keyword is None or fit_cell < cell:
+        # A tuner's search: the missing broadcast puts a callback first in its list that averages the logs.
+        if keyword is None or fit_cell < cell or fit.method == "search":
             continue
         given = keyword.value
         if isinstance(given, ast.List):

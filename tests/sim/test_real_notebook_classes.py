@@ -246,6 +246,22 @@ ODD_COUNT_OF_FED_ROWS = [
     "        for i in range(0, len(X), batch_size):\n"
     "            sess.run(train_op, feed_dict={x: X[i:i + batch_size], y: Y[i:i + batch_size]})",
 ]
+# A hyperparameter search on every rank (TensorFlow's keras-tuner tutorial, Deep Learning with Python's
+# chapter 13): unfixed, each rank's tuner draws its own hyperparameters and starts each trial from its own weights.
+KERAS_TUNER_SEARCH = [
+    "import numpy as np\nimport tensorflow as tf\nimport keras_tuner as kt\n"
+    "rng = np.random.RandomState(0)\n"
+    "x = rng.rand(64, 4).astype('float32')\n"
+    "y = x.sum(axis=1, keepdims=True).astype('float32')",
+    "def build_model(hp):\n"
+    "    model = tf.keras.Sequential([tf.keras.layers.Dense(hp.Int('units', 2, 32, step=2), activation='relu'),\n"
+    "                                 tf.keras.layers.Dense(1)])\n"
+    "    model.compile(optimizer=tf.keras.optimizers.SGD(hp.Choice('lr', [0.01, 0.001])), loss='mse')\n"
+    "    return model\n"
+    "tuner = kt.RandomSearch(build_model, objective='val_loss', max_trials=3, directory='tuning', overwrite=True)",
+    "tuner.search(x, y, batch_size=8, epochs=2, validation_split=0.25, verbose=0)\n"
+    "best = tuner.get_best_models(1)[0]",
+]
 
 GAN_TF2 = [
     "import numpy as np\nimport tensorflow as tf\n" + DATA +
@@ -644,6 +660,7 @@ CASES = {
         (ODD_COUNT_OF_ROWS, "tf2"),
     "an odd count of rows fed by a tf1 loop, a rank's rows a multiple of its batch (issue 34)":
         (ODD_COUNT_OF_FED_ROWS, "tf1"),
+    "a keras-tuner search on every rank (issue 34, tensorflow-docs and dlwp)": (KERAS_TUNER_SEARCH, "tf2"),
 }
 EXPECTED_AFTER_FIX = {"one sample repeated": ONE_SAMPLE_CHECKS,
                       "a learning rule: two rbms trained by contrastive divergence (issue 34, packt)": LEARNING_RULE_CHECKS}
