@@ -651,8 +651,21 @@ class NotebookFacts:
             if found[2].method == "search" and searches:
                 if self.is_a_tuner(receiver):
                     yield found
+            elif searches and self.in_a_tuner_class(found[1], found[2]):
+                continue  # a trial's fit: the search that reaches it gives its data and callbacks
             elif not self.made_by_another_library(receiver):
                 yield found
+
+    def in_a_tuner_class(self, facts: "CellFacts", site: CallSite) -> bool:
+        """Is the call in a method of the notebook's subclass of a keras-tuner class (a HyperModel's
+        ``fit``, a Tuner's ``run_trial``), which the search calls with its own arguments?"""
+        if site.function is None:
+            return False
+        return any(
+            definition.lineno <= site.node.lineno <= definition.end_lineno
+            and any(self.resolve(dotted_name(base)).partition(".")[0] in KERAS_TUNER_PACKAGES for base in definition.bases)
+            for definition in facts.classes.values()
+        )
 
     def is_a_tuner(self, name: Optional[str]) -> bool:
         """Is ``name`` last bound (at a cell's top level) to a keras-tuner tuner that trains Keras models

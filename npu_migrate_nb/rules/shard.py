@@ -1429,6 +1429,40 @@ class MissingShard(Rule):
         ),
         # ... but a batch of one row cannot be split: said, not written as an empty batch.
         Example(_HELPER_BATCHES.format(size=1, call="random_batch(X_train, y_train, batch_size)")),
+        # A keras-tuner search passes its arrays to each trial's fit: sharded once, at the search (the trial's
+        # fit in the notebook's HyperModel is left as written).
+        Example(
+            'import tensorflow as tf\n'
+            'import keras_tuner as kt\n'
+            'def build_model(hp):\n'
+            "    model = tf.keras.Sequential([tf.keras.layers.Dense(hp.Int('units', 8, 32)), tf.keras.layers.Dense(1)])\n"
+            "    model.compile(optimizer='adam', loss='mse')\n"
+            '    return model\n'
+            'class MyHyperModel(kt.HyperModel):\n'
+            '    def build(self, hp):\n'
+            '        return build_model(hp)\n'
+            '\n'
+            '    def fit(self, hp, model, x, y, **kwargs):\n'
+            '        return model.fit(x, y, **kwargs)\n'
+            "tuner = kt.RandomSearch(MyHyperModel(), objective='val_loss', max_trials=3, seed=7)\n"
+            'tuner.search(x, y, epochs=2)\n',
+            'import tensorflow as tf\n'
+            'import os\n'
+            'import keras_tuner as kt\n'
+            'def build_model(hp):\n'
+            "    model = tf.keras.Sequential([tf.keras.layers.Dense(hp.Int('units', 8, 32)), tf.keras.layers.Dense(1)])\n"
+            "    model.compile(optimizer='adam', loss='mse')\n"
+            '    return model\n'
+            'class MyHyperModel(kt.HyperModel):\n'
+            '    def build(self, hp):\n'
+            '        return build_model(hp)\n'
+            '\n'
+            '    def fit(self, hp, model, x, y, **kwargs):\n'
+            '        return model.fit(x, y, **kwargs)\n'
+            "tuner = kt.RandomSearch(MyHyperModel(), objective='val_loss', max_trials=3, seed=7)\n"
+            "rank_size, rank_id = int(os.getenv('RANK_SIZE', '1')), int(os.getenv('RANK_ID', '0'))\n"
+            'tuner.search(x[rank_id::rank_size][:len(y) // rank_size], y[rank_id::rank_size][:len(y) // rank_size], epochs=2, batch_size=32 // rank_size)\n',
+        ),
     ]
 
     def prepare(self, context) -> None:
