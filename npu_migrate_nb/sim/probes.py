@@ -1709,13 +1709,15 @@ class _SessionProof:
             return None
         import tensorflow as tf
 
-        try:
-            flat = tf.nest.flatten(fetches)
-            fetched = tuple(getattr(f, "name", f) if isinstance(getattr(f, "name", f), str) else repr(f) for f in flat)
-            ops = [graph.as_graph_element(f).op if not isinstance(graph.as_graph_element(f), tf.Operation)
-                   else graph.as_graph_element(f) for f in flat]
-        except Exception:
-            return None
+        fetched, ops = [], []
+        for leaf in _fetch_leaves(fetches):
+            try:
+                element = graph.as_graph_element(leaf)
+            except Exception:
+                continue  # not a graph element (a hook's feed_dict or RunOptions): it runs nothing
+            ops.append(element if isinstance(element, tf.Operation) else element.op)
+            fetched.append(getattr(leaf, "name", leaf) if isinstance(getattr(leaf, "name", leaf), str) else repr(leaf))
+        fetched = tuple(fetched)
         known = self._trains.setdefault(graph, {})
         return fetched if any(self._runs_an_update(op, known) for op in ops) else None
 
@@ -1770,6 +1772,18 @@ class _SessionProof:
         self.__init__()
 
 
+def _fetch_leaves(fetches) -> list:
+    """The leaves of a session run's fetches. A MonitoredSession fetches a dict keyed by its hooks
+    (``{hook: SessionRunArgs(...)}``), which ``tf.nest`` cannot flatten: its keys do not sort."""
+    if fetches is None:
+        return []
+    if isinstance(fetches, dict):
+        return [leaf for value in fetches.values() for leaf in _fetch_leaves(value)]
+    if isinstance(fetches, (list, tuple)):  # a namedtuple too (SessionRunArgs)
+        return [leaf for value in fetches for leaf in _fetch_leaves(value)]
+    return [fetches]
+
+
 _NOT_REPLAYED = object()
 _session_proof = _SessionProof()
 
@@ -1779,7 +1793,11 @@ def _wrap_should_stop(original):
     def should_stop(self):
         if _proof.on:
             try:
-                if _session_proof.exhausted(self._tf_sess()):  # noqa: SLF001 (the raw session the runs go to)
+                session = self._tf_sess()  # noqa: SLF001 (the raw session the runs go to)
+                if _session_proof.exhausted(session):
+                    if session not in _session_proof.said:
+                        _session_proof.said.add(session)
+                        record_shortened("monitored session", _session_proof.steps[session], None)
                     return True
             except Exception:
                 pass
