@@ -536,11 +536,11 @@ NPU_BRIDGE_NAMES = frozenset(
 )
 
 
-# Libraries whose models have a ``fit`` of their own that trains no Keras model (a notebook that compares a
-# scikit-learn baseline with its Keras network): their fit is not a training call of the three steps.
 KERAS_TUNER_PACKAGES = ("keras_tuner", "kerastuner")  # the second, the package's name before 1.1
 # keras-tuner's tuners whose search builds and fits a Keras model per trial (its SklearnTuner fits scikit-learn's).
 KERAS_TUNERS = frozenset({"RandomSearch", "BayesianOptimization", "Hyperband", "GridSearch", "Tuner"})
+# Libraries whose models have a ``fit`` of their own that trains no Keras model (a notebook that compares a
+# scikit-learn baseline with its Keras network): their fit is not a training call of the three steps.
 OTHER_FIT_LIBRARIES = frozenset({"sklearn", "xgboost", "lightgbm", "catboost", "statsmodels", "prophet", "fbprophet",
                                  "pmdarima", "sktime", "gensim", "umap", "hdbscan", "surprise", "imblearn", "torch",
                                  "scipy", "pandas", "mlxtend", "category_encoders", "optuna"})

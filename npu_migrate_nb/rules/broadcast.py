@@ -12,6 +12,7 @@ from ..i18n import N_, _
 from ..learning_rules import EXAMPLE_RBM, EXAMPLE_RBM_PARTS, LEARNING_RULE, rule_updates, starts_from_constants
 from ..names import ALWAYS_BOUND, function_locals, positional_parameters
 from .not_data_parallel import trained_agents
+from .per_rank_logs import logs_averaged
 from .sources import applied_by_the_compiled_optimizer, makes_a_tensor, not_variables, only_shown, target_position
 from .base import (
     Example,
@@ -919,7 +920,8 @@ class MissingBroadcast(Rule):
             '    run_optimization(batch_x, batch_y)\n'
             '    if optimizer.iterations == 1:\n'
             '        npu.distribute.broadcast(neural_net.trainable_variables)\n',
-        ),        # TensorFlow's keras-tuner tutorial: a model of the tuner's for each trial, and EarlyStopping reading its logs.
+        ),
+        # TensorFlow's keras-tuner tutorial: a model of the tuner's for each trial, and EarlyStopping reading its logs.
         Example(
             _TUNER_BEFORE + "tuner.search(x, y, epochs=50, validation_split=0.2, callbacks=[stop_early])\n",
             "import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\n"
@@ -1469,16 +1471,14 @@ def search_callback_class(context) -> str:
     """A callback for a tuner's search: keras-tuner deep-copies the callbacks of each trial and sets
     their model, so a class reaches the trial's model where a LambdaCallback cannot. Its epoch logs
     are averaged first, before EarlyStopping and the tuner's own callbacks (appended last) read them."""
-    npu, tf = context.npu, context.tf
     return (
         f"class {SEARCH_CALLBACK}({keras_prefix(context)}.callbacks.Callback):\n"
         "    def on_train_batch_end(self, batch, logs=None):\n"
         "        if batch == 0:\n"
-        f"            {npu}.distribute.broadcast(self.model.trainable_variables)\n"
+        f"            {context.npu}.distribute.broadcast(self.model.trainable_variables)\n"
         "\n"
         "    def on_epoch_end(self, epoch, logs=None):\n"
-        f"        logs.update({{key: float({npu}.distribute.all_reduce({tf}.constant(value, {tf}.float32), "
-        "reduction='mean')) for key, value in logs.items()})"
+        f"        {logs_averaged(context)}"
     )
 
 

@@ -21,11 +21,13 @@ _READERS = ("tensorflow.keras.callbacks.EarlyStopping", "tensorflow.keras.callba
 def average_logs_callback(context) -> str:
     """A Keras callback that replaces every value of the epoch's logs by its mean over the ranks (the
     adapter's all_reduce returns it unchanged on one card)."""
-    return (
-        f"{keras_prefix(context)}.callbacks.LambdaCallback(on_epoch_end=lambda epoch, logs: logs.update("
-        f"{{key: float({context.npu}.distribute.all_reduce({context.tf}.constant(value, {context.tf}.float32), "
-        "reduction='mean')) for key, value in logs.items()}))"
-    )
+    return f"{keras_prefix(context)}.callbacks.LambdaCallback(on_epoch_end=lambda epoch, logs: {logs_averaged(context)})"
+
+
+def logs_averaged(context) -> str:
+    """``logs.update(...)``: every value of the epoch's ``logs`` replaced by its mean over the ranks."""
+    return (f"logs.update({{key: float({context.npu}.distribute.all_reduce({context.tf}.constant(value, {context.tf}.float32), "
+            "reduction='mean')) for key, value in logs.items()})")
 
 
 class PerRankLogs(Rule):
