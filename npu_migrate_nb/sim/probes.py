@@ -201,13 +201,14 @@ class _ProofRangeIterator:
 
 
 def record_shortened(what: str, taken: int, written: Optional[int], ran_as_written: str = "",
-                     iterations: Optional[int] = None) -> None:
+                     iterations: Optional[int] = None, unit: str = "steps") -> None:
     """A training (or evaluation) call proof mode stopped after ``taken`` of ``written`` steps (None:
     not known), or one it could not shorten (``ran_as_written`` says why). ``iterations``: the length
     of the loop it cut. Both are compared across ranks: ranks cut at the same step would, as written,
-    have parted where the shortest ends (see ``checks.uneven_steps``)."""
+    have parted where the shortest ends (see ``checks.uneven_steps``). ``unit``: what was counted,
+    "steps" or "trials" (a hyperparameter search)."""
     _record("shortened", what, taken=int(taken), written=written, ran_as_written=ran_as_written,
-            iterations=iterations)
+            iterations=iterations, unit=unit)
 
 
 def take_records() -> List[dict]:
@@ -948,6 +949,59 @@ def _wrap_evaluate(original, what: str):
 
     evaluate._npu_probe = True
     return evaluate
+
+
+# --------------------------------------------------------------------------- keras-tuner search
+
+# Proof mode ends a hyperparameter search after this many trials. The checks are decided by the
+# first trial's fits (every one of them is cut like any fit); the second shows that the ranks' oracles
+# still agree once the first trial is scored (a seed per rank, or a score seen by one rank, parts them
+# there). A search written for 100 trials of two executions each took more than 15 minutes cut only
+# per fit (Deep Learning with Python, chapter 13).
+TRIALS_THE_CHECKS_NEED = 2
+
+
+def _wrap_search(original):
+    """keras-tuner's ``BaseTuner.search`` in proof mode: its oracle hands out TRIALS_THE_CHECKS_NEED
+    trials, then the STOPPED trial with which an oracle ends a search (as at its ``max_trials``), on
+    every rank at the same trial. The best models and hyperparameters are those of the trials run."""
+
+    @functools.wraps(original)
+    def search(self, *args, **kwargs):
+        oracle = getattr(self, "oracle", None)
+        if not _proof.on or _busy() or oracle is None or "create_trial" in vars(oracle):
+            return original(self, *args, **kwargs)
+        trial_module = sys.modules[original.__module__].trial_module
+        handed_out, cut = [0], [False]
+        create_trial = oracle.create_trial
+
+        def create_trial_in_proof(tuner_id):
+            if handed_out[0] >= TRIALS_THE_CHECKS_NEED:
+                cut[0] = True
+                oracle.tuner_ids.discard(tuner_id)  # as the oracle does when it stops a tuner
+                return trial_module.Trial(oracle.get_space(), status=trial_module.TrialStatus.STOPPED)
+            trial = create_trial(tuner_id)
+            if trial.status == trial_module.TrialStatus.RUNNING:
+                handed_out[0] += 1
+            return trial
+
+        oracle.create_trial = create_trial_in_proof
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            del oracle.create_trial
+            if cut[0]:
+                record_shortened("tuner search", handed_out[0], getattr(oracle, "max_trials", None), unit="trials")
+
+    search._npu_probe = True
+    return search
+
+
+def _watch_keras_tuner(keras_tuner) -> None:
+    """Called once keras-tuner is imported (importing it with every rank would cost 1.4 s)."""
+    for tuner_class in keras_tuner.Tuner.__mro__:
+        if "search" in vars(tuner_class):
+            _patch(tuner_class, "search", _wrap_search)
 
 
 # ---------------------------------------------------------------------------------- Estimator
@@ -2106,6 +2160,9 @@ def install(seed: Optional[int] = None) -> None:
     from tensorflow.python.data.ops import dataset_ops
 
     _patch(dataset_ops.DatasetV2, "_apply_debug_options", _wrap_apply_debug_options)
+    import wrapt
+
+    wrapt.register_post_import_hook(_watch_keras_tuner, "keras_tuner")
     try:
         import tensorflow_estimator.python.estimator.estimator as estimator_module
 

@@ -131,7 +131,7 @@ class RunResult:
             "file_clashes": self.file_clashes,
             "proof": None if self.proof_steps is None else {
                 "steps": self.proof_steps,
-                "shortened": [dict({key: record.get(key) for key in ("cell", "source", "taken", "written", "ran_as_written")},
+                "shortened": [dict({key: record.get(key) for key in ("cell", "source", "taken", "written", "unit", "ran_as_written")},
                                    text=shortened_text(record)) for record in self.shortened]},
         }
 
@@ -771,6 +771,12 @@ def shortened_text(record: dict) -> str:
     if record.get("ran_as_written"):
         return _("cell {cell}, {what}: ran as written ({steps} steps): {why}").format(
             cell=record.get("cell"), what=record["source"], steps=taken, why=record["ran_as_written"])
+    if record.get("unit") == "trials":
+        if written is None:
+            return _("cell {cell}, {what}: {taken} trials, stopped once the checks were decided").format(
+                cell=record.get("cell"), what=record["source"], taken=taken)
+        return _("cell {cell}, {what}: {taken} of {written} trials, stopped once the checks were decided").format(
+            cell=record.get("cell"), what=record["source"], taken=taken, written=f"{written:,}")
     if written is None:
         return _("cell {cell}, {what}: {taken} steps, stopped once the checks were decided").format(
             cell=record.get("cell"), what=record["source"], taken=taken)

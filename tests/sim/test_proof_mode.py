@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from npu_migrate_nb.sim.runner import Runner
+from npu_migrate_nb.sim.runner import Runner, shortened_text
 
 from sim_notebooks import write_notebook  # same folder: on sys.path (rootdir-less sim tests)
 
@@ -106,6 +106,37 @@ def test_a_for_loop_over_folds_keeps_every_fit_cut(tf2_cluster, tmp_path):
     result = run(tf2_cluster, tmp_path, [TF2_SETUP, ARRAYS, KERAS_MODEL, folds])
     assert on_every_rank(tf2_cluster, "steps_per_fold") == [[BUDGET] * 5] * 2
     assert not [record for record in shortened(result) if record[4]], shortened(result)
+
+
+def test_a_hyperparameter_search_ends_after_the_trials_the_checks_need(tf2_cluster, tmp_path):
+    """keras-tuner: every trial's fit is cut, and the search ends after the first trials (one of
+    dlwp's chapter 13 searches, 100 trials, took more than 15 minutes with its fits cut alone)."""
+    search = ("import os\nimport keras_tuner as kt\n"
+              "rank_size, rank_id = int(os.environ['RANK_SIZE']), int(os.environ['RANK_ID'])\n"
+              "def build_model(hp):\n"
+              "    model = tf.keras.Sequential([tf.keras.layers.Dense(hp.Int('units', 2, 32, step=2), activation='relu'),\n"
+              "                                 tf.keras.layers.Dense(1)])\n"
+              "    optimizer = tf.keras.optimizers.SGD(hp.Choice('lr', [0.01, 0.001]))\n"
+              "    model.compile(optimizer=npu.distribute.npu_distributed_keras_optimizer_wrapper(optimizer), loss='mse')\n"
+              "    return model\n"
+              f"tuner = kt.RandomSearch(build_model, objective='val_loss', max_trials=10, seed=1, overwrite=True,\n"
+              f"                        directory=os.path.join({str(tmp_path)!r}, 'rank_' + str(rank_id)))\n"
+              "tuner.search(x[rank_id::rank_size], y[rank_id::rank_size], batch_size=16, epochs=20,\n"
+              "             validation_split=0.25, verbose=0)\n"
+              "trials = sorted(trial.status for trial in tuner.oracle.trials.values())\n"
+              "best_units = tuner.get_best_hyperparameters(1)[0].get('units')\n"
+              "steps = int(tuner.get_best_models(1)[0].optimizer.iterations)")
+    result = run(tf2_cluster, tmp_path, [TF2_SETUP, ARRAYS, search])
+    assert on_every_rank(tf2_cluster, "trials") == [["COMPLETED", "COMPLETED"]] * 2
+    # Every trial's fit was cut too; the best model is one the search trained (its History is NaN after the cut).
+    assert on_every_rank(tf2_cluster, "steps") == [BUDGET] * 2
+    assert len(set(on_every_rank(tf2_cluster, "best_units"))) == 1  # the ranks' oracles agree (one seed)
+    searches = [record for record in shortened(result) if record[1] == "tuner search"]
+    assert searches == [(2, "tuner search", 2, 10, False)], shortened(result)
+    said = [shortened_text(record) for record in result.shortened if record["source"] == "tuner search"]
+    assert said == ["cell 2, tuner search: 2 of 10 trials, stopped once the checks were decided"]
+    fits = [record for record in shortened(result) if record[1] == "keras fit"]
+    assert [record[2] for record in fits] == [BUDGET, BUDGET], shortened(result)
 
 
 def test_keras_fit_on_an_endless_dataset_and_evaluate_stop_but_predict_does_not(tf2_cluster, tmp_path):
