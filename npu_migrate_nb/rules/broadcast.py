@@ -22,6 +22,7 @@ from .base import (
     insert_after,
     insert_before,
     keras_prefix,
+    remove_element,
     replace,
     replace_with,
     top_level_statement,
@@ -71,6 +72,9 @@ class MissingBroadcast(Rule):
     severity = "error"
 
     VALID = [
+        # In TF1 the adapter's callback broadcasts each trial's model (a session hook of its own).
+        "import tensorflow as tf\nfrom npu_bridge.npu_init import *\n" + _TUNER_BEFORE.split("\n", 1)[1]
+        + "tuner.search(x, y, epochs=5, callbacks=[NPUBroadcastGlobalVariablesCallback(0)])\n",
         # A learning rule's parameters start from tf.zeros: alike on every rank.
         EXAMPLE_RBM.format(**EXAMPLE_RBM_PARTS),
         # A tour of the tape: the gradient of a constant it watches is no training (nothing to broadcast).
@@ -937,6 +941,15 @@ class MissingBroadcast(Rule):
             + _SEARCH_CALLBACK_CLASS
             + "tuner.search(x, y, validation_data=(x_val, y_val), callbacks=[SameTrialOnEveryRank()] + list(callbacks))\n",
         ),
+        # The TF2 adapter's broadcast callback given to a search never broadcasts: ours takes its place, first.
+        Example(
+            "import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\n"
+            + _TUNER_BEFORE.split("\n", 1)[1]
+            + "tuner.search(x, y, epochs=5, callbacks=[stop_early, npu.distribute.NPUBroadcastGlobalVariablesCallback(0)])\n",
+            "import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\n"
+            + _TUNER_BEFORE.split("\n", 1)[1]
+            + _SEARCH_CALLBACK_CLASS + "tuner.search(x, y, epochs=5, callbacks=[SameTrialOnEveryRank(), stop_early])\n",
+        ),
     ]
 
     def prepare(self, context) -> None:
@@ -1083,16 +1096,21 @@ class MissingBroadcast(Rule):
                 top = top_level_statement(facts, site.stmt) or site.stmt
                 edits.append(insert_before(cell, facts, top, search_callback_class(context), [NEEDS_NPU_DEVICE]))
                 defined = True
-            edits.append(_first_callback(cell, facts, site, f"{SEARCH_CALLBACK}()", NEEDS_NPU_DEVICE))
-            yield self.finding(
-                cell, facts, site.node,
-                _("the tuner builds a new model for every trial of this search, and nothing broadcasts its variables "
-                  "from rank 0: each rank starts every trial from its own weights and scores it on its own logs, and "
-                  "the ranks' tuners part ways (different models in one all-reduce); add {callback} first in its "
-                  "callbacks: it broadcasts each trial's weights after the first batch and averages each epoch's logs "
-                  "across ranks").format(callback=f"{SEARCH_CALLBACK}()"),
-                edits,
-            )
+            defective = defective_callback_given_to_search(context, site)
+            if defective is not None:
+                edits.extend(_in_place_of_first(cell, facts, site, defective, f"{SEARCH_CALLBACK}()", NEEDS_NPU_DEVICE))
+                message = _("the TF2 NPUBroadcastGlobalVariablesCallback never broadcasts (a defect of the adapter), "
+                            "and the tuner builds a new model for every trial of this search: each rank starts every "
+                            "trial from its own weights; put {callback} first in its callbacks instead: it broadcasts "
+                            "each trial's weights after the first batch and averages each epoch's logs across ranks")
+            else:
+                edits.append(_first_callback(cell, facts, site, f"{SEARCH_CALLBACK}()", NEEDS_NPU_DEVICE))
+                message = _("the tuner builds a new model for every trial of this search, and nothing broadcasts its "
+                            "variables from rank 0: each rank starts every trial from its own weights and scores it on "
+                            "its own logs, and the ranks' tuners part ways (different models in one all-reduce); add "
+                            "{callback} first in its callbacks: it broadcasts each trial's weights after the first "
+                            "batch and averages each epoch's logs across ranks")
+            yield self.finding(cell, facts, site.node, message.format(callback=f"{SEARCH_CALLBACK}()"), edits)
 
     def _after_first_batch(self, context, cell, facts, site: CallSite, model: str) -> Finding:
         """A model built on its first call (subclassed, no input shape) has no variables before fit:
@@ -1488,7 +1506,8 @@ def _search_callback_defined(context) -> bool:
 
 def _search_broadcasts(context, site: CallSite) -> bool:
     """Is a callback given to the search that broadcasts: an instance of a class of the notebook's whose
-    code broadcasts (in its list, or in the list bound to the name given), or the TF1 adapter's callback?"""
+    code broadcasts (in its list, or in the list bound to the name given), or the TF1 adapter's callback?
+    The TF2 adapter's callback never broadcasts: the search gets ours in its place."""
     callbacks = site.keyword("callbacks")
     if callbacks is None:
         return False
@@ -1500,7 +1519,9 @@ def _search_broadcasts(context, site: CallSite) -> bool:
             continue
         name = dotted_name(node.func) or ""
         if name.rsplit(".", 1)[-1] == "NPUBroadcastGlobalVariablesCallback":
-            return True
+            if context.tf1:  # the TF2 adapter's never broadcasts (see tf2-broadcast-callback)
+                return True
+            continue
         for _cell, facts in context.facts.cells_mentioning(name):
             definition = facts.classes.get(name)
             if definition is not None and any(
@@ -1508,6 +1529,28 @@ def _search_broadcasts(context, site: CallSite) -> bool:
                     for call in ast.walk(definition)):
                 return True
     return False
+
+
+def defective_callback_given_to_search(context, site: CallSite) -> Optional[ast.Call]:
+    """The TF2 adapter's NPUBroadcastGlobalVariablesCallback (it never broadcasts) written in a tuner
+    search's list of callbacks; None when the search has none, or in TF1 (where it works)."""
+    callbacks = site.keyword("callbacks")
+    if context.tf1 or site.method != "search" or callbacks is None or not isinstance(callbacks.value, ast.List):
+        return None
+    for element in callbacks.value.elts:
+        if isinstance(element, ast.Call) and (dotted_name(element.func) or "").rsplit(".", 1)[-1] == \
+                "NPUBroadcastGlobalVariablesCallback" and context.facts.resolve(dotted_name(element.func)).startswith(
+                    ("npu_device.", "npu_bridge.")):
+            return element
+    return None
+
+
+def _in_place_of_first(cell, facts: CellFacts, site: CallSite, replaced: ast.expr, callback: str, needs: str) -> list:
+    """``callback`` first in the call's list of callbacks, ``replaced`` (an element of it) gone."""
+    first = site.keyword("callbacks").value.elts[0]
+    if first is replaced:
+        return [replace(cell, facts, replaced, callback, [needs])]
+    return [remove_element(cell, facts, replaced), replace_with(cell, facts, first, callback + ", {first}", [needs], first=first)]
 
 
 def _first_callback(cell, facts: CellFacts, site: CallSite, callback: str, needs: str):
