@@ -485,7 +485,7 @@ def measure(path: Path, ranks: int, timeout: float, work_root: str, data_root: s
                 record.unfixed_full = run_on_ranks(unfixed_path, ranks, timeout, home, modes[1])
                 _clean_outputs(folder, keep)
         fixed_path, record.static_after, record.fix_error = _fix(unfixed_path)
-        if fixed_path is not None:
+        if fixed_path is not None and not left_out_as_written(record.unfixed):
             record.fixed = run_on_ranks(fixed_path, ranks, cell_timeout(), home, modes[0])
             if fixed_only and modes == (DEFAULT_PROOF_STEPS,) and _failed_after_the_cut(record.fixed):
                 # No unfixed run to learn it from: the fixed one tells that a cell needs the whole training.
@@ -504,6 +504,12 @@ def measure(path: Path, ranks: int, timeout: float, work_root: str, data_root: s
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return record
+
+
+def left_out_as_written(unfixed: Optional[Run]) -> bool:
+    """The notebook as written fails on one card, or is too long for the harness there: it is left out
+    whatever the fix does, so its fixed run is not made (most of the field's left-outs: 15 s each)."""
+    return unfixed is not None and (unfixed.fails_on_one_card or unfixed.too_long_on_one_card)
 
 
 def _fixed_fails_beyond_the_unfixed(record: Record) -> bool:

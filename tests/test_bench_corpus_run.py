@@ -62,3 +62,51 @@ def test_a_later_cell_one_card_runs_as_written_is_a_failure_of_the_fix():
     unfixed.one_card_later = OneCard(11, RUNS, "runs on one card").to_json()
     record = _record(unfixed, fixed)
     assert record.runnable and record.caught and not record.fixed.passed
+
+
+def _notebook_in_a_family(tmp_path: Path) -> Path:
+    import nbformat
+
+    family = tmp_path / "corpus" / "family"
+    family.mkdir(parents=True)
+    path = family / "notebook.ipynb"
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [nbformat.v4.new_code_cell(
+        "import tensorflow as tf\nmodel = tf.keras.Sequential([tf.keras.layers.Dense(1)])\n"
+        "model.compile(optimizer='sgd', loss='mse')\nmodel.fit(x, y, batch_size=32)")]
+    nbformat.write(notebook, str(path))
+    return path
+
+
+def test_a_notebook_that_fails_on_one_card_as_written_is_not_run_fixed(tmp_path, monkeypatch):
+    """Left out whatever the fix does: the fixed run would be thrown away. Its static figures stay."""
+    import bench_corpus_run
+
+    runs = []
+
+    def run_on_ranks(path, *args, **kwargs):
+        runs.append(Path(path).name)
+        return Run(False, failed_cell=0, error="NameError: name 'x' is not defined",
+                   one_card=OneCard(0, FAILS, "fails on one card too").to_json())
+
+    monkeypatch.setattr(bench_corpus_run, "run_on_ranks", run_on_ranks)
+    path = _notebook_in_a_family(tmp_path)
+    record = bench_corpus_run.measure(path, 2, 300.0, str(tmp_path), str(tmp_path / "data"), corpus=tmp_path / "corpus")
+    assert runs == ["notebook.ipynb"] and record.fixed is None
+    assert not record.runnable and "fails on one card too" in record.left_out_reason
+    assert record.static_after  # the fix was still made and checked
+
+
+def test_a_notebook_the_ranks_break_is_run_fixed(tmp_path, monkeypatch):
+    import bench_corpus_run
+
+    runs = []
+
+    def run_on_ranks(path, *args, **kwargs):
+        runs.append(Path(path).name)
+        return Run(False, failed_cell=0, error="InvalidArgumentError", one_card=OneCard(0, RUNS, "runs").to_json())
+
+    monkeypatch.setattr(bench_corpus_run, "run_on_ranks", run_on_ranks)
+    record = bench_corpus_run.measure(_notebook_in_a_family(tmp_path), 2, 300.0, str(tmp_path), str(tmp_path / "data"),
+                                      corpus=tmp_path / "corpus")
+    assert runs == ["notebook.ipynb", "notebook.fixed.ipynb"] and record.runnable
