@@ -965,13 +965,13 @@ def _wrap_search(original):
     """keras-tuner's ``BaseTuner.search`` in proof mode: its oracle hands out TRIALS_THE_CHECKS_NEED
     trials, then the STOPPED trial with which an oracle ends a search (as at its ``max_trials``), on
     every rank at the same trial. The best models and hyperparameters are those of the trials run."""
+    trial_module = sys.modules[original.__module__].trial_module  # keras-tuner's, imported by now
 
     @functools.wraps(original)
     def search(self, *args, **kwargs):
         oracle = getattr(self, "oracle", None)
         if not _proof.on or _busy() or oracle is None or "create_trial" in vars(oracle):
             return original(self, *args, **kwargs)
-        trial_module = sys.modules[original.__module__].trial_module
         handed_out, cut = [0], [False]
         create_trial = oracle.create_trial
 
