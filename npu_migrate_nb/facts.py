@@ -374,7 +374,7 @@ class _Scanner:
             return
         for target in targets:
             if isinstance(target, (ast.Tuple, ast.List)):
-                for element in target.elts:
+                for element in _unpacked(target):
                     self.bind(element, stmt.value, stmt, function, tuple_target=True)
             else:
                 self.bind(target, stmt.value, stmt, function)
@@ -385,6 +385,15 @@ class _Scanner:
             self.facts._assignments.setdefault(name, []).append(
                 Assignment(name, value, stmt, function, tuple_target)
             )
+
+
+def _unpacked(target: ast.expr) -> Iterator[ast.expr]:
+    """The names a tuple target binds, nested ones included: ``(x_train, y_train), _ = load_data()``."""
+    for element in target.elts:
+        if isinstance(element, (ast.Tuple, ast.List)):
+            yield from _unpacked(element)
+        else:
+            yield element
 
 
 _LEAF_TYPES = (ast.expr_context, ast.boolop, ast.operator, ast.unaryop, ast.cmpop, ast.Constant, ast.Name)

@@ -214,7 +214,8 @@ def test_insertion_aimed_at_a_later_statement_of_a_line_splits_the_line():
     assert fixed.endswith(
         "xs = tf.zeros((64, 4)); ys = tf.zeros((64, 1))\n"
         "ds = tf.data.Dataset.from_tensor_slices((xs, ys))\n"
-        "ds, rank_batch_size = npu.distribute.shard_and_rebatch_dataset(ds, 32)\n"
+        "ds, rank_batch_size = npu.distribute.shard_and_rebatch_dataset(ds.take(len(ys) // "
+        "int(os.getenv('RANK_SIZE', '1')) * int(os.getenv('RANK_SIZE', '1'))), 32)\n"
         "ds = ds.batch(rank_batch_size)  # data\n"
     )
 

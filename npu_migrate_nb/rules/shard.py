@@ -216,6 +216,61 @@ class MissingShard(Rule):
             "dataset = dataset.batch(rank_batch_size)\n"
             "model.compile(optimizer='sgd', loss='mse')\nmodel.fit(dataset)\n",
         ),
+        # The rows of a table (a column popped for the labels): the labels' length counts the rows, and the
+        # cut comes before the shard (a 193-row table would give ranks 97 and 96 rows, 7 and 6 steps of 16).
+        Example(
+            'import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\n'
+            'def df_to_dataset(dataframe, batch_size=32):\n    dataframe = dataframe.copy()\n'
+            "    labels = dataframe.pop('target')\n"
+            '    ds = tf.data.Dataset.from_tensor_slices((dict(dataframe), labels))\n'
+            '    ds = ds.shuffle(buffer_size=len(dataframe))\n    return ds.batch(batch_size)\n'
+            "model.compile(optimizer='adam', loss='mse')\n"
+            'model.fit(df_to_dataset(train, batch_size=16), epochs=5)\n',
+            'import tensorflow as tf\nimport os\nimport npu_device as npu\n'
+            'npu.open().as_default()\ndef df_to_dataset(dataframe, batch_size=32):\n'
+            "    dataframe = dataframe.copy()\n    labels = dataframe.pop('target')\n"
+            '    ds = tf.data.Dataset.from_tensor_slices((dict(dataframe), labels))\n'
+            "    ds, rank_batch_size = npu.distribute.shard_and_rebatch_dataset(ds.take(len(labels) // "
+            "int(os.getenv('RANK_SIZE', '1')) * int(os.getenv('RANK_SIZE', '1'))), batch_size)\n"
+            '    ds = ds.shuffle(buffer_size=len(dataframe))\n'
+            '    return ds.batch(rank_batch_size)\n'
+            "model.compile(optimizer='adam', loss='mse')\n"
+            'model.fit(df_to_dataset(train, batch_size=16), epochs=5)\n',
+        ),
+        # Labels given as a dict (one per output): its len counts outputs, not rows, so no cut is written.
+        Example(
+            'import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\n'
+            "labels = {'price': prices, 'class': classes}\n"
+            'dataset = tf.data.Dataset.from_tensor_slices((features, labels)).batch(32)\n'
+            "model.compile(optimizer='adam', loss='mse')\nmodel.fit(dataset, epochs=5)\n",
+            'import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\n'
+            "labels = {'price': prices, 'class': classes}\n"
+            'dataset = tf.data.Dataset.from_tensor_slices((features, labels))\n'
+            'dataset, rank_batch_size = npu.distribute.shard_and_rebatch_dataset(dataset, 32)\n'
+            'dataset = dataset.batch(rank_batch_size)\n'
+            "model.compile(optimizer='adam', loss='mse')\nmodel.fit(dataset, epochs=5)\n",
+        ),
+        # Rows unpacked from load_data, the dataset shuffled and repeated before its batch size is bound: the
+        # cut goes on the rows, since a take after repeat would end the stream after one epoch.
+        Example(
+            'import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\n'
+            '(x_train, y_train), _ = tf.keras.datasets.mnist.load_data()\n'
+            'dataset = tf.data.Dataset.from_tensor_slices((x_train, y_train))\n'
+            'dataset = dataset.shuffle(1024).repeat()\nBATCH_SIZE = 64\n'
+            'dataset = dataset.batch(BATCH_SIZE)\n'
+            "model.compile(optimizer='adam', loss='sparse_categorical_crossentropy')\n"
+            'model.fit(dataset, epochs=5, steps_per_epoch=100)\n',
+            'import tensorflow as tf\nimport os\nimport npu_device as npu\n'
+            'npu.open().as_default()\n'
+            '(x_train, y_train), _ = tf.keras.datasets.mnist.load_data()\n'
+            "dataset = tf.data.Dataset.from_tensor_slices((x_train, y_train)).take(len(y_train) // "
+            "int(os.getenv('RANK_SIZE', '1')) * int(os.getenv('RANK_SIZE', '1')))\n"
+            'dataset = dataset.shuffle(1024).repeat()\nBATCH_SIZE = 64\n'
+            'dataset, rank_batch_size = npu.distribute.shard_and_rebatch_dataset(dataset, BATCH_SIZE)\n'
+            'dataset = dataset.batch(rank_batch_size)\n'
+            "model.compile(optimizer='adam', loss='sparse_categorical_crossentropy')\n"
+            'model.fit(dataset, epochs=5, steps_per_epoch=100)\n',
+        ),
         # An Estimator's prediction input (TensorFlow's feature-column guide predicts on one row): every
         # rank predicts on all of it; a shard would leave rank 1 nothing to predict.
         Example(
@@ -2598,8 +2653,8 @@ def _env_shard(cell, facts: CellFacts, source: CallSite, batch: Optional[CallSit
 def _even_cut(context, facts: CellFacts, source: CallSite) -> Optional[Tuple[str, str, str]]:
     """(what to append before the shard, what it cuts, how, for a person) so that every rank gets as many samples: a
     shard of 33 windows gives rank 0 seventeen and rank 1 sixteen, and rank 0's last step waits in
-    an all-reduce rank 1 never joins, on cards as here. A list written in the notebook is cut with
-    .take; windows (their count unknown to tf.data after flat_map) are grouped by RANK_SIZE with the
+    an all-reduce rank 1 never joins, on cards as here. Rows whose count a name holds (a list written
+    in the notebook, the labels) are cut with .take; windows (their count unknown to tf.data after flat_map) are grouped by RANK_SIZE with the
     incomplete last group dropped."""
     counted = _samples_named(context, source)
     if counted is not None:
@@ -2638,7 +2693,26 @@ def _samples_named(context, source: CallSite) -> Optional[str]:
         bound = [a for _cell, _facts, a in context.facts.assignments(part.id) if a.function is None and not a.tuple_target]
         if bound and all(isinstance(a.value, ast.List) and a.value.elts and _is_samples(a.value) for a in bound):
             return part.id
+    return _labels_named(context, source, parts) if isinstance(data, ast.Tuple) else None
+
+
+def _labels_named(context, source: CallSite, parts: list) -> Optional[str]:
+    """``from_tensor_slices((dict(dataframe), labels))``: the labels, last of the tuple, bound in the
+    source's scope to rows (an array, a column popped from a table: the field's feature-column labs,
+    303 rows as 97 and 96, 7 and 6 steps); never a dict, whose ``len`` counts its keys."""
+    labels = parts[-1]
+    if len(parts) < 2 or not isinstance(labels, ast.Name):
+        return None
+    bound = [a for _cell, _facts, a in context.facts.assignments(labels.id) if a.function == source.function]
+    if bound and not any(_dict_like(a.value) for a in bound if not a.tuple_target):
+        return labels.id
     return None
+
+
+def _dict_like(value: ast.expr) -> bool:
+    return isinstance(value, (ast.Dict, ast.DictComp)) or (
+        isinstance(value, ast.Call)
+        and (dotted_name(value.func) or "").rsplit(".", 1)[-1] in ("dict", "OrderedDict", "defaultdict"))
 
 
 def _steps_over(context, source: CallSite, batch: CallSite):
@@ -2721,23 +2795,37 @@ def _shard_and_rebatch(context, cell, facts: CellFacts, source: CallSite, batch:
         return None
     dataset = variable or "dataset"
     even = _even_cut(context, facts, source)
-    cut = dataset + (even[0] if even else "")
-    rebatch = (
-        f"{dataset}, {RANK_BATCH} = {context.npu}.distribute.shard_and_rebatch_dataset"
-        f"({cut}, {facts.segment(size)})"
-    )
     needs = [NEEDS_NPU_DEVICE] + ([NEEDS_OS] if even else [])
     edits = [replace(cell, facts, size, RANK_BATCH, needs)]
     windows = _samples_made_at(facts, source, variable)
+    anchor = _last_binding_before(facts, stmt, batch.stmt, size) if top is source and variable is not None else None
+    if even and anchor is not None and _rebinds_between(facts, variable, stmt, anchor):
+        # the dataset is shuffled or repeated before the rebatch: a take there would cut a repeated
+        # stream to one epoch, so the cut goes on the rows themselves
+        edits.append(replace_with(cell, facts, source.node, "{source}" + even[0], needs, source=source.node))
+        even = None
+    rebatch = (
+        f"{dataset}, {RANK_BATCH} = {context.npu}.distribute.shard_and_rebatch_dataset"
+        f"({dataset + (even[0] if even else '')}, {facts.segment(size)})"
+    )
     if windows is not None:
         edits.append(insert_after(cell, facts, windows, rebatch, needs))
-    elif top is source and variable is not None:
-        edits.append(insert_after(cell, facts, _last_binding_before(facts, stmt, batch.stmt, size), rebatch, needs))
+    elif anchor is not None:
+        edits.append(insert_after(cell, facts, anchor, rebatch, needs))
     else:
         first = f"{dataset} = {standalone_code(facts, source.node)}"
         edits.append(insert_before(cell, facts, stmt, f"{first}\n{rebatch}", needs))
         edits.append(replace(cell, facts, source.node, dataset, needs))
     return edits
+
+
+def _rebinds_between(facts: CellFacts, name: str, first: ast.stmt, last: ast.stmt) -> bool:
+    """Whether a statement after ``first``, up to ``last``, of ``first``'s block binds ``name``."""
+    block = next((body for node in ast.walk(facts.tree) for body in _bodies(node) if first in body), [])
+    if first not in block or last not in block:
+        return False
+    return any(isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) and node.id == name
+               for later in block[block.index(first) + 1:block.index(last) + 1] for node in ast.walk(later))
 
 
 def _last_binding_before(facts: CellFacts, stmt: ast.stmt, until: ast.stmt, size: ast.expr) -> ast.stmt:
