@@ -226,14 +226,13 @@ class MissingShard(Rule):
             '    ds = ds.shuffle(buffer_size=len(dataframe))\n    return ds.batch(batch_size)\n'
             "model.compile(optimizer='adam', loss='mse')\n"
             'model.fit(df_to_dataset(train, batch_size=16), epochs=5)\n',
-            'import tensorflow as tf\nimport os\nimport npu_device as npu\n'
-            'npu.open().as_default()\ndef df_to_dataset(dataframe, batch_size=32):\n'
-            "    dataframe = dataframe.copy()\n    labels = dataframe.pop('target')\n"
+            'import tensorflow as tf\nimport os\nimport npu_device as npu\nnpu.open().as_default()\n'
+            'def df_to_dataset(dataframe, batch_size=32):\n    dataframe = dataframe.copy()\n'
+            "    labels = dataframe.pop('target')\n"
             '    ds = tf.data.Dataset.from_tensor_slices((dict(dataframe), labels))\n'
-            "    ds, rank_batch_size = npu.distribute.shard_and_rebatch_dataset(ds.take(len(labels) // "
+            '    ds, rank_batch_size = npu.distribute.shard_and_rebatch_dataset(ds.take(len(labels) // '
             "int(os.getenv('RANK_SIZE', '1')) * int(os.getenv('RANK_SIZE', '1'))), batch_size)\n"
-            '    ds = ds.shuffle(buffer_size=len(dataframe))\n'
-            '    return ds.batch(rank_batch_size)\n'
+            '    ds = ds.shuffle(buffer_size=len(dataframe))\n    return ds.batch(rank_batch_size)\n'
             "model.compile(optimizer='adam', loss='mse')\n"
             'model.fit(df_to_dataset(train, batch_size=16), epochs=5)\n',
         ),
@@ -242,16 +241,35 @@ class MissingShard(Rule):
             'import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\n'
             "labels = {'price': prices, 'class': classes}\n"
             'dataset = tf.data.Dataset.from_tensor_slices((features, labels)).batch(32)\n'
-            "model.compile(optimizer='adam', loss='mse')\nmodel.fit(dataset, epochs=5)\n",
+            "model.compile(optimizer='adam', loss='mse')\n" 'model.fit(dataset, epochs=5)\n',
             'import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\n'
             "labels = {'price': prices, 'class': classes}\n"
             'dataset = tf.data.Dataset.from_tensor_slices((features, labels))\n'
             'dataset, rank_batch_size = npu.distribute.shard_and_rebatch_dataset(dataset, 32)\n'
-            'dataset = dataset.batch(rank_batch_size)\n'
-            "model.compile(optimizer='adam', loss='mse')\nmodel.fit(dataset, epochs=5)\n",
+            'dataset = dataset.batch(rank_batch_size)\n' "model.compile(optimizer='adam', loss='mse')\n"
+            'model.fit(dataset, epochs=5)\n',
         ),
-        # Rows unpacked from load_data, the dataset shuffled and repeated before its batch size is bound: the
-        # cut goes on the rows, since a take after repeat would end the stream after one epoch.
+        # Rows unpacked from load_data, the dataset shuffled before its batch size is bound: the cut goes on
+        # the rows, before the shuffle, not where the rebatch is written.
+        Example(
+            'import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\n'
+            '(x_train, y_train), _ = tf.keras.datasets.mnist.load_data()\n'
+            'dataset = tf.data.Dataset.from_tensor_slices((x_train, y_train))\n'
+            'dataset = dataset.shuffle(1024, seed=1)\nBATCH_SIZE = 64\n'
+            'dataset = dataset.batch(BATCH_SIZE)\n'
+            "model.compile(optimizer='adam', loss='sparse_categorical_crossentropy')\n"
+            'model.fit(dataset, epochs=5)\n',
+            'import tensorflow as tf\nimport os\nimport npu_device as npu\nnpu.open().as_default()\n'
+            '(x_train, y_train), _ = tf.keras.datasets.mnist.load_data()\n'
+            'dataset = tf.data.Dataset.from_tensor_slices((x_train, y_train)).take(len(y_train) // '
+            "int(os.getenv('RANK_SIZE', '1')) * int(os.getenv('RANK_SIZE', '1')))\n"
+            'dataset = dataset.shuffle(1024, seed=1)\nBATCH_SIZE = 64\n'
+            'dataset, rank_batch_size = npu.distribute.shard_and_rebatch_dataset(dataset, BATCH_SIZE)\n'
+            'dataset = dataset.batch(rank_batch_size)\n'
+            "model.compile(optimizer='adam', loss='sparse_categorical_crossentropy')\n"
+            'model.fit(dataset, epochs=5)\n',
+        ),
+        # A dataset repeated without end: the training call counts the steps, the same on every rank; no cut.
         Example(
             'import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\n'
             '(x_train, y_train), _ = tf.keras.datasets.mnist.load_data()\n'
@@ -260,16 +278,65 @@ class MissingShard(Rule):
             'dataset = dataset.batch(BATCH_SIZE)\n'
             "model.compile(optimizer='adam', loss='sparse_categorical_crossentropy')\n"
             'model.fit(dataset, epochs=5, steps_per_epoch=100)\n',
-            'import tensorflow as tf\nimport os\nimport npu_device as npu\n'
-            'npu.open().as_default()\n'
+            'import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\n'
             '(x_train, y_train), _ = tf.keras.datasets.mnist.load_data()\n'
-            "dataset = tf.data.Dataset.from_tensor_slices((x_train, y_train)).take(len(y_train) // "
-            "int(os.getenv('RANK_SIZE', '1')) * int(os.getenv('RANK_SIZE', '1')))\n"
+            'dataset = tf.data.Dataset.from_tensor_slices((x_train, y_train))\n'
             'dataset = dataset.shuffle(1024).repeat()\nBATCH_SIZE = 64\n'
             'dataset, rank_batch_size = npu.distribute.shard_and_rebatch_dataset(dataset, BATCH_SIZE)\n'
             'dataset = dataset.batch(rank_batch_size)\n'
             "model.compile(optimizer='adam', loss='sparse_categorical_crossentropy')\n"
             'model.fit(dataset, epochs=5, steps_per_epoch=100)\n',
+        ),
+        # A shape test of the pipeline (a course's ``assert images.shape == (BATCH_SIZE, ...)``): once the
+        # data is split each rank draws the per-rank batch, so the shape it expects follows.
+        Example(
+            'import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\n'
+            'BATCH_SIZE = 100\n(x_train, y_train), _ = tf.keras.datasets.mnist.load_data()\n'
+            'def load_dataset():\n    dataset = tf.data.Dataset.from_tensor_slices((x_train, y_train))\n'
+            '    return dataset.batch(BATCH_SIZE).repeat()\ndef create_shape_test():\n'
+            '    images, labels = next(iter(load_dataset()))\n'
+            '    expected_image_shape = (BATCH_SIZE, 28, 28)\n'
+            '    assert images.shape == expected_image_shape\n    assert labels.shape[0] == BATCH_SIZE\n'
+            'create_shape_test()\n'
+            "model.compile(optimizer='adam', loss='sparse_categorical_crossentropy')\n"
+            'model.fit(load_dataset(), epochs=5, steps_per_epoch=100)\n',
+            'import tensorflow as tf\nimport os\nimport npu_device as npu\nnpu.open().as_default()\n'
+            'BATCH_SIZE = 100\n(x_train, y_train), _ = tf.keras.datasets.mnist.load_data()\n'
+            'def load_dataset():\n    dataset = tf.data.Dataset.from_tensor_slices((x_train, y_train))\n'
+            '    dataset, rank_batch_size = npu.distribute.shard_and_rebatch_dataset(dataset, BATCH_SIZE)\n'
+            '    return dataset.batch(rank_batch_size).repeat()\ndef create_shape_test():\n'
+            '    images, labels = next(iter(load_dataset()))\n'
+            "    expected_image_shape = (BATCH_SIZE // int(os.getenv('RANK_SIZE', '1')), 28, 28)\n"
+            '    assert images.shape == expected_image_shape\n'
+            "    assert labels.shape[0] == BATCH_SIZE // int(os.getenv('RANK_SIZE', '1'))\n"
+            'create_shape_test()\n'
+            "model.compile(optimizer='adam', loss='sparse_categorical_crossentropy')\n"
+            'model.fit(load_dataset(), epochs=5, steps_per_epoch=100)\n',
+        ),
+        # Only what is drawn from the sharded pipeline: the test pipeline, not sharded, keeps the global batch.
+        Example(
+            'import tensorflow as tf\nimport npu_device as npu\nnpu.open().as_default()\n'
+            'BATCH_SIZE = 100\n'
+            '(x_train, y_train), (x_test, y_test) = tf.keras.datasets.mnist.load_data()\n'
+            'train = tf.data.Dataset.from_tensor_slices((x_train, y_train))\n'
+            'train = train.batch(BATCH_SIZE)\n'
+            'test = tf.data.Dataset.from_tensor_slices((x_test, y_test)).batch(BATCH_SIZE)\n'
+            'images, labels = next(iter(train))\nassert images.shape == (BATCH_SIZE, 28, 28)\n'
+            'test_images, _ = next(iter(test))\nassert test_images.shape == (BATCH_SIZE, 28, 28)\n'
+            "model.compile(optimizer='adam', loss='sparse_categorical_crossentropy')\n"
+            'model.fit(train, epochs=5)\n',
+            'import tensorflow as tf\nimport os\nimport npu_device as npu\nnpu.open().as_default()\n'
+            'BATCH_SIZE = 100\n'
+            '(x_train, y_train), (x_test, y_test) = tf.keras.datasets.mnist.load_data()\n'
+            'train = tf.data.Dataset.from_tensor_slices((x_train, y_train))\n'
+            'train, rank_batch_size = npu.distribute.shard_and_rebatch_dataset(train.take(len(y_train) // '
+            "int(os.getenv('RANK_SIZE', '1')) * int(os.getenv('RANK_SIZE', '1'))), BATCH_SIZE)\n"
+            'train = train.batch(rank_batch_size)\n'
+            'test = tf.data.Dataset.from_tensor_slices((x_test, y_test)).batch(BATCH_SIZE)\n'
+            'images, labels = next(iter(train))\nassert images.shape == (rank_batch_size, 28, 28)\n'
+            'test_images, _ = next(iter(test))\nassert test_images.shape == (BATCH_SIZE, 28, 28)\n'
+            "model.compile(optimizer='adam', loss='sparse_categorical_crossentropy')\n"
+            'model.fit(train, epochs=5)\n',
         ),
         # An Estimator's prediction input (TensorFlow's feature-column guide predicts on one row): every
         # rank predicts on all of it; a shard would leave rank 1 nothing to predict.
@@ -1607,7 +1674,17 @@ class MissingShard(Rule):
                 sizes = per_rank_sizes(context, _batch_argument(batch), RANK_BATCH, _steps_over(context, source, batch))
                 edits += sizes
                 sizes_note = _sizes_note(sizes)
+        expected = _expected_batch_shapes(context, source, batch)
+        per_rank = RANK_BATCH if source.function is None and _binds_rank_batch(edits) else None
+        edits += [replace(c, f, node, per_rank or f"{node.id} // {K.RANK_SIZE_EXPR}", [NEEDS_OS]) for c, f, node in expected]
         split = _(", and split the global batch across ranks") if batch is not None else ""
+        if expected:
+            cells = ", ".join(str(c) for c in dict.fromkeys(c for c, _f, _n in expected))
+            split += ngettext(
+                "; the shape cell {cells} expects of a batch takes the per-rank batch",
+                "; the shapes cells {cells} expect of a batch take the per-rank batch",
+                len(dict.fromkeys(c for c, _f, _n in expected)),
+            ).format(cells=cells)
         if ones:
             cells = ", ".join(str(c) for c in dict.fromkeys(c for c, _f, _n in ones))
             split += ngettext(
@@ -2656,6 +2733,8 @@ def _even_cut(context, facts: CellFacts, source: CallSite) -> Optional[Tuple[str
     an all-reduce rank 1 never joins, on cards as here. Rows whose count a name holds (a list written
     in the notebook, the labels) are cut with .take; windows (their count unknown to tf.data after flat_map) are grouped by RANK_SIZE with the
     incomplete last group dropped."""
+    if _repeated_forever(facts, source):
+        return None  # the steps are counted by the training call, the same on every rank
     counted = _samples_named(context, source)
     if counted is not None:
         return (f".take(len({counted}) // {K.RANK_SIZE_EXPR} * {K.RANK_SIZE_EXPR})",
@@ -2666,6 +2745,21 @@ def _even_cut(context, facts: CellFacts, source: CallSite) -> Optional[Tuple[str
         return (f".batch({K.RANK_SIZE_EXPR}, drop_remainder=True).unbatch()", _("the windows"),
                 _(".batch(RANK_SIZE, drop_remainder=True).unbatch(), since tf.data cannot count them"))
     return None
+
+
+def _repeated_forever(facts: CellFacts, source: CallSite) -> bool:
+    """Whether the pipeline made at ``source`` is repeated without a count (``.repeat()``), in its chain
+    or on the name it is given, in its scope."""
+    top = source.chain()[-1]
+    variable = single_target(top.stmt) if top.node is getattr(top.stmt, "value", None) else None
+    for site in facts.calls_by_method.get("repeat", []):
+        count = site.argument(0, "count")
+        if count is not None and not (isinstance(count, ast.Constant) and count.value in (None, -1)):
+            continue
+        if site in source.chain() or (variable is not None and site.function == source.function
+                                      and site.node.lineno >= top.stmt.lineno and chain_root_name(site.receiver) == variable):
+            return True
+    return False
 
 
 def _even_cut_note(context, facts: CellFacts, source: CallSite) -> str:
@@ -2704,9 +2798,23 @@ def _labels_named(context, source: CallSite, parts: list) -> Optional[str]:
     if len(parts) < 2 or not isinstance(labels, ast.Name):
         return None
     bound = [a for _cell, _facts, a in context.facts.assignments(labels.id) if a.function == source.function]
+    if not bound and _top_level_function(context, source.function) and not _local_to(context, source.function, labels.id):
+        bound = [a for _cell, _facts, a in context.facts.assignments(labels.id) if a.function is None]  # a global
     if bound and not any(_dict_like(a.value) for a in bound if not a.tuple_target):
         return labels.id
     return None
+
+
+def _top_level_function(context, name: Optional[str]) -> bool:
+    """Whether ``name`` is a function defined at a cell's top level (its free names are the notebook's)."""
+    defined = context.facts.function(name) if name is not None else None
+    return defined is not None and defined[2] in defined[1].tree.body
+
+
+def _local_to(context, function: str, name: str) -> bool:
+    defined = context.facts.function(function)
+    return defined is None or name in positional_parameters(defined[2]) or any(
+        isinstance(node, ast.arg) and node.arg == name for node in ast.walk(defined[2]))
 
 
 def _dict_like(value: ast.expr) -> bool:
@@ -2746,6 +2854,115 @@ def _divided(context, cell, facts: CellFacts, size: ast.expr, divisor: str, need
         return []
     pattern = "{size}" if _is_simple(size) else "({size})"
     return [replace_with(cell, facts, size, f"{pattern} // {divisor}", needs, size=size)]
+
+
+def _binds_rank_batch(edits: List[Edit]) -> bool:
+    """Whether the shard edits bind ``rank_batch_size`` (shard_and_rebatch_dataset), or divide in place."""
+    return any(f"{RANK_BATCH} = " in edit.code for edit in edits)
+
+
+def _expected_batch_shapes(context, source: CallSite, batch: Optional[CallSite]) -> List[Tuple[int, CellFacts, ast.Name]]:
+    """(cell, facts, name) of the global batch read where a check expects it as a batch's rows
+    (``assert images.shape == (BATCH_SIZE, HEIGHT, WIDTH)``, a course's shape test of the pipeline): in the
+    code that draws from the pipeline (it calls the function making it, or reads a name holding it). Once
+    the data is split, each rank draws the per-rank batch, and the check fails on every rank."""
+    size = _batch_argument(batch) if batch is not None else None
+    if not isinstance(size, ast.Name):
+        return []
+    value = global_batch_value(context, size)
+    if value is not None and value < context.options.ranks:
+        return []
+    if source.function is not None:
+        defined = context.facts.function(source.function)
+        if defined is None or size.id in positional_parameters(defined[2]):
+            return []  # the checks name the batch otherwise
+    if source.function is not None:
+        maker, held = source.function, set()
+    else:
+        maker, held = None, set()
+        for stmt in (source.chain()[-1].stmt, batch.stmt):
+            if (name := single_target(stmt)) is not None:
+                held |= holders(context.facts, TrainingSplit(name, {name}))
+    found = []
+    for cell, facts in context.facts.cells:
+        for scope in [facts.tree, *facts.functions.values()]:
+            nodes = list(_own_nodes(scope))
+            drawn = _drawn_names(nodes, maker, held)
+            found += [(cell, facts, name) for name in dict.fromkeys(_expected_rows(nodes, size.id, drawn))]
+    return found
+
+
+def _own_nodes(scope: ast.AST) -> Iterator[ast.AST]:
+    """The nodes of a cell's top level or of a function's body, not those of the functions, classes and
+    lambdas defined in it: each is a scope of its own."""
+    todo = [node for node in scope.body if not isinstance(node, _SCOPES)]
+    while todo:
+        node = todo.pop()
+        yield node
+        todo += [child for child in ast.iter_child_nodes(node) if not isinstance(child, _SCOPES)]
+
+
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+
+
+def _reads_pipeline(node: ast.AST, maker: Optional[str], names: Set[str]) -> bool:
+    """Whether ``node`` calls the function making the pipeline or reads one of ``names``."""
+    return any((isinstance(part, ast.Name) and isinstance(part.ctx, ast.Load) and part.id in names)
+               or (maker is not None and isinstance(part, ast.Call) and dotted_name(part.func) == maker)
+               for part in ast.walk(node))
+
+
+def _drawn_names(nodes: List[ast.AST], maker: Optional[str], held: Set[str]) -> Set[str]:
+    """The names a scope binds to the pipeline or to what it draws from it (``data_iter =
+    dataset.__iter__()``, ``images, labels = data_iter.get_next()``)."""
+    drawn, changed = set(held), True
+    assigns = [node for node in nodes if isinstance(node, ast.Assign)]
+    while changed:
+        changed = False
+        for node in assigns:
+            if _reads_pipeline(node.value, maker, drawn):
+                targets = {part.id for target in node.targets for part in ast.walk(target)
+                           if isinstance(part, ast.Name) and part.id not in drawn}
+                drawn |= targets
+                changed |= bool(targets)
+    return drawn
+
+
+def _expected_rows(nodes: List[ast.AST], size: str, drawn: Set[str]) -> Iterator[ast.Name]:
+    """The reads of ``size`` as the rows a comparison expects of the ``.shape`` of a drawn batch: first
+    of a shape written there or bound to a name compared there, or compared with ``.shape[0]``."""
+    shapes = {}
+    for node in nodes:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            if (lead := _leading(node.value, size)) is not None:
+                shapes[node.targets[0].id] = lead
+    for node in nodes:
+        if not isinstance(node, ast.Compare) or not all(isinstance(op, (ast.Eq, ast.NotEq)) for op in node.ops):
+            continue
+        sides = [node.left, *node.comparators]
+        if any(_is_shape(side) and _reads_pipeline(side.value, None, drawn) for side in sides):
+            for side in sides:
+                lead = _leading(side, size) if not isinstance(side, ast.Name) else shapes.get(side.id)
+                if lead is not None:
+                    yield lead
+        if any(_is_rows_of_shape(side) and _reads_pipeline(side.value.value, None, drawn) for side in sides):
+            yield from (side for side in sides if isinstance(side, ast.Name) and side.id == size)
+
+
+def _leading(node: ast.AST, size: str) -> Optional[ast.Name]:
+    if isinstance(node, (ast.Tuple, ast.List)) and node.elts:
+        first = node.elts[0]
+        if isinstance(first, ast.Name) and first.id == size:
+            return first
+    return None
+
+
+def _is_shape(node: ast.AST) -> bool:
+    return isinstance(node, ast.Attribute) and node.attr == "shape"
+
+
+def _is_rows_of_shape(node: ast.AST) -> bool:
+    return isinstance(node, ast.Subscript) and _is_shape(node.value) and int_literal(node.slice) == 0
 
 
 def _calls_with_a_batch_of_one(context, source: CallSite, size: Optional[ast.expr]) -> list:
