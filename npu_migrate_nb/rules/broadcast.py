@@ -1338,7 +1338,7 @@ def _uses_tf2_callback(context) -> bool:
     if context.tf1:
         return False
     return any(
-        context.facts.resolve(site.dotted).startswith(("npu_device.", "npu_bridge."))
+        adapter_broadcast_callback(context, site.dotted)
         for _unused, _unused, site in context.facts.calls("NPUBroadcastGlobalVariablesCallback")
     ) or next(tf2_callbacks_appends(context), None) is not None
 
@@ -1538,11 +1538,16 @@ def defective_callback_given_to_search(context, site: CallSite) -> Optional[ast.
     if context.tf1 or site.method != "search" or callbacks is None or not isinstance(callbacks.value, ast.List):
         return None
     for element in callbacks.value.elts:
-        if isinstance(element, ast.Call) and (dotted_name(element.func) or "").rsplit(".", 1)[-1] == \
-                "NPUBroadcastGlobalVariablesCallback" and context.facts.resolve(dotted_name(element.func)).startswith(
-                    ("npu_device.", "npu_bridge.")):
+        if isinstance(element, ast.Call) and adapter_broadcast_callback(context, dotted_name(element.func)):
             return element
     return None
+
+
+def adapter_broadcast_callback(context, called: Optional[str]) -> bool:
+    """Whether ``called`` (a call's dotted name) is the adapter's NPUBroadcastGlobalVariablesCallback, not a
+    class of the notebook's own of that name."""
+    return (called or "").rsplit(".", 1)[-1] == "NPUBroadcastGlobalVariablesCallback" and \
+        context.facts.resolve(called).startswith(("npu_device.", "npu_bridge."))
 
 
 def _in_place_of_first(cell, facts: CellFacts, site: CallSite, replaced: ast.expr, callback: str, needs: str) -> list:

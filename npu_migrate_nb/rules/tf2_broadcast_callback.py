@@ -9,7 +9,9 @@ from ..facts import receiver_name
 from ..findings import NEEDS_NPU_DEVICE, Finding
 from ..i18n import _
 from .base import Example, Rule, insert_before, remove_element, remove_statement, replace
-from .broadcast import defective_callback_given_to_search, first_batch_broadcast, model_is_built_before_fit
+from .broadcast import (
+    adapter_broadcast_callback, defective_callback_given_to_search, first_batch_broadcast, model_is_built_before_fit,
+)
 
 
 class TF2BroadcastCallback(Rule):
@@ -119,7 +121,7 @@ class TF2BroadcastCallback(Rule):
         given_to_searches = {id(defective_callback_given_to_search(context, search))
                              for _cell, _facts, search in context.facts.keras_fits("fit") if search.method == "search"}
         for cell, facts, site in context.facts.calls("NPUBroadcastGlobalVariablesCallback"):
-            if not context.facts.resolve(site.dotted).startswith(("npu_device.", "npu_bridge.")):
+            if not adapter_broadcast_callback(context, site.dotted):
                 continue
             if id(site.node) in given_to_searches:
                 continue  # missing-broadcast puts the search's own callback in its place
