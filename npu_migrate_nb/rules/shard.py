@@ -2825,11 +2825,17 @@ def _dict_like(value: ast.expr) -> bool:
 
 def _steps_over(context, source: CallSite, batch: CallSite):
     """The loops iterating the pipeline made at ``source`` (by the names it and its batch are given)."""
+    return loops_over(context, _pipeline_holders(context, source, batch))
+
+
+def _pipeline_holders(context, source: CallSite, batch: CallSite) -> Set[str]:
+    """The names the pipeline made at ``source`` goes by: those it and its batch are given, and the
+    pipelines made from them."""
     names = {name for stmt in (source.chain()[-1].stmt, batch.stmt) if (name := single_target(stmt)) is not None}
-    named = set()
+    held = set()
     for name in names:
-        named |= holders(context.facts, TrainingSplit(name, {name}))
-    return loops_over(context, named)
+        held |= holders(context.facts, TrainingSplit(name, {name}))
+    return held
 
 
 def _sizes_note(edits: List[Edit]) -> str:
@@ -2876,13 +2882,8 @@ def _expected_batch_shapes(context, source: CallSite, batch: Optional[CallSite])
         defined = context.facts.function(source.function)
         if defined is None or size.id in positional_parameters(defined[2]):
             return []  # the checks name the batch otherwise
-    if source.function is not None:
-        maker, held = source.function, set()
-    else:
-        maker, held = None, set()
-        for stmt in (source.chain()[-1].stmt, batch.stmt):
-            if (name := single_target(stmt)) is not None:
-                held |= holders(context.facts, TrainingSplit(name, {name}))
+    maker = source.function
+    held = _pipeline_holders(context, source, batch) if maker is None else set()
     found = []
     for cell, facts in context.facts.cells:
         for scope in [facts.tree, *facts.functions.values()]:
@@ -3038,8 +3039,8 @@ def _shard_and_rebatch(context, cell, facts: CellFacts, source: CallSite, batch:
 
 def _rebinds_between(facts: CellFacts, name: str, first: ast.stmt, last: ast.stmt) -> bool:
     """Whether a statement after ``first``, up to ``last``, of ``first``'s block binds ``name``."""
-    block = next((body for node in ast.walk(facts.tree) for body in _bodies(node) if first in body), [])
-    if first not in block or last not in block:
+    block = _block_of(facts, first) or []
+    if last not in block:
         return False
     return any(isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) and node.id == name
                for later in block[block.index(first) + 1:block.index(last) + 1] for node in ast.walk(later))
@@ -3050,7 +3051,7 @@ def _last_binding_before(facts: CellFacts, stmt: ast.stmt, until: ast.stmt, size
     global batch ``size`` reads (``BATCH_SIZE = 256`` between the source and its batch): the rebatch
     must come after it, or it would read the name before it exists."""
     read = {node.id for node in ast.walk(size) if isinstance(node, ast.Name)}
-    block = next((body for node in ast.walk(facts.tree) for body in _bodies(node) if stmt in body), None)
+    block = _block_of(facts, stmt)
     if not read or block is None:
         return stmt
     last = stmt
@@ -3061,6 +3062,11 @@ def _last_binding_before(facts: CellFacts, stmt: ast.stmt, until: ast.stmt, size
         if read & set(targets):
             last = later
     return last
+
+
+def _block_of(facts: CellFacts, stmt: ast.stmt) -> Optional[list]:
+    """The list of statements (a body, an else, a finally) ``stmt`` is one of."""
+    return next((body for node in ast.walk(facts.tree) for body in _bodies(node) if stmt in body), None)
 
 
 def _bodies(node: ast.AST) -> List[list]:
