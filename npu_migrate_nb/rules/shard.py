@@ -1679,12 +1679,12 @@ class MissingShard(Rule):
         edits += [replace(c, f, node, per_rank or f"{node.id} // {K.RANK_SIZE_EXPR}", [NEEDS_OS]) for c, f, node in expected]
         split = _(", and split the global batch across ranks") if batch is not None else ""
         if expected:
-            cells = ", ".join(str(c) for c in dict.fromkeys(c for c, _f, _n in expected))
+            shape_cells = list(dict.fromkeys(c for c, _f, _n in expected))
             split += ngettext(
                 "; the shape cell {cells} expects of a batch takes the per-rank batch",
                 "; the shapes cells {cells} expect of a batch take the per-rank batch",
-                len(dict.fromkeys(c for c, _f, _n in expected)),
-            ).format(cells=cells)
+                len(shape_cells),
+            ).format(cells=", ".join(map(str, shape_cells)))
         if ones:
             cells = ", ".join(str(c) for c in dict.fromkeys(c for c, _f, _n in ones))
             split += ngettext(
@@ -2888,6 +2888,8 @@ def _expected_batch_shapes(context, source: CallSite, batch: Optional[CallSite])
     for cell, facts in context.facts.cells:
         for scope in [facts.tree, *facts.functions.values()]:
             nodes = list(_own_nodes(scope))
+            if not any(isinstance(node, ast.Compare) for node in nodes):
+                continue  # nothing to expect a shape: no need to follow what the scope draws
             drawn = _drawn_names(nodes, maker, held)
             found += [(cell, facts, name) for name in dict.fromkeys(_expected_rows(nodes, size.id, drawn))]
     return found
