@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Dict, FrozenSet, Iterator, List, Optional, Tuple
 
 from . import knowledge as K
-from .facts import CellFacts, NotebookFacts, dotted_name, mentions
+from .facts import CellFacts, NotebookFacts, dotted_name, mentions, own_nodes
 
 # The kinds of value (see knowledge.py, rank values), and one for a value that cannot be seen.
 RANK, SIZE, DEVICE, DEVICES, SERVER, UNKNOWN = "rank", "size", "device", "devices", "server", "unknown"
@@ -137,7 +137,7 @@ class RankValues:
 
     def _returned(self, name: str, depth: int) -> Kinds:
         _, _, definition = self.facts.function(name)
-        returns = [node.value for node in _own_nodes(definition) if isinstance(node, ast.Return)]
+        returns = [node.value for node in own_nodes(definition) if isinstance(node, ast.Return)]
         return _union(self.kinds(value, name, depth + 1) for value in returns) if returns else NONE
 
     # -- parameters: what the calls of the function pass
@@ -357,13 +357,3 @@ def _passed(call: ast.Call, name: str, position: Optional[int]) -> Optional[ast.
     if position is not None and position < len(args) and not any(isinstance(a, ast.Starred) for a in args[:position + 1]):
         return args[position]
     return None
-
-
-def _own_nodes(definition: ast.AST) -> Iterator[ast.AST]:
-    """The nodes of a function's body, not those of functions defined inside it."""
-    stack = list(definition.body)
-    while stack:
-        node = stack.pop()
-        yield node
-        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
-            stack.extend(ast.iter_child_nodes(node))

@@ -14,7 +14,7 @@ from __future__ import annotations
 import ast
 from typing import Iterator, List, Optional, Sequence, Set, Tuple
 
-from ..facts import CellFacts, chain_root_name, dotted_name
+from ..facts import CellFacts, chain_root_name, dotted_name, own_nodes
 from ..findings import Edit
 from ..names import function_locals, positional_parameters
 from .base import replace
@@ -49,7 +49,7 @@ def _loops_over_parameters(context, function: ast.AST, names: Set[str]) -> Itera
     if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return
     parameters = set(positional_parameters(function))
-    for loop in (node for node in _walk_body(function) if isinstance(node, ast.For)):
+    for loop in (node for node in own_nodes(function) if isinstance(node, ast.For)):
         parameter = _iterated_name(loop.iter)
         if parameter in parameters and any(
                 isinstance(given, ast.Name) and given.id in names
@@ -88,7 +88,7 @@ def _reads(context, batch: str, steps: Sequence[Step], depth: int = _DEPTH, own:
                 and batch in function_locals(scope):
             continue  # the function's own batch_size, not the notebook's
         graph_only = isinstance(scope, ast.Module)  # a TF1 cell building the graph: its TensorFlow ops only
-        nodes = list(_walk_body(scope))
+        nodes = list(own_nodes(scope))
         local_values = _local_values(nodes)
         for node in nodes:
             if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Slice):
@@ -152,17 +152,6 @@ def _local_values(nodes) -> dict:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             values.setdefault(node.targets[0].id, []).append(node.value)
     return values
-
-
-def _walk_body(scope: ast.AST) -> Iterator[ast.AST]:
-    """The nodes of a loop's or function's body, not those of functions or classes defined in it."""
-    todo = list(getattr(scope, "body", [])) + list(getattr(scope, "orelse", []))
-    while todo:
-        node = todo.pop()
-        yield node
-        for child in ast.iter_child_nodes(node):
-            if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
-                todo.append(child)
 
 
 def graph_cells(context) -> List[Step]:

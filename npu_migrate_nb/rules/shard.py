@@ -6,7 +6,7 @@ import ast
 from typing import Iterable, Iterator, List, Optional, Set, Tuple
 
 from .. import knowledge as K
-from ..facts import CallSite, CellFacts, chain_root_name, dotted_name, receiver_name
+from ..facts import CallSite, CellFacts, chain_root_name, dotted_name, own_nodes, receiver_name
 from ..findings import NEEDS_NPU_DEVICE, NEEDS_OS, Edit, Finding
 from ..i18n import N_, _, ngettext
 from ..learning_rules import EXAMPLE_RBM, EXAMPLE_RBM_PARTS, LEARNING_RULE, rule_updates
@@ -1539,6 +1539,47 @@ class MissingShard(Rule):
             '        sess.run(train_disc, feed_dict={real_image_input: batch_x})\n'
             '    z = np.random.uniform(-1., 1., size=[batch_size, 100])\n',
         ),
+        # ... and a function defined beside the graph, sizing with a batch_size parameter of its own (what its
+        # callers pass), is left as written: only the notebook's global batch is split.
+        Example(
+            'import numpy as np\n'
+            'import tensorflow as tf\n'
+            'from tensorflow.examples.tutorials.mnist import input_data\n'
+            "mnist = input_data.read_data_sets('/tmp/data/', one_hot=True)\n"
+            'batch_size = 128\n'
+            '# %%\n'
+            'def first_rows(images, batch_size):\n'
+            '    return images[:batch_size]\n'
+            'disc_real = discriminator(real_image_input)\n'
+            'disc_loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(\n'
+            '    logits=disc_real, labels=tf.ones([batch_size], dtype=tf.int32)))\n'
+            'train_disc = tf.train.AdamOptimizer(0.002).minimize(disc_loss)\n'
+            '# %%\n'
+            'with tf.Session() as sess:\n'
+            '    sess.run(tf.global_variables_initializer())\n'
+            '    for step in range(1, 501):\n'
+            '        batch_x, _ = mnist.train.next_batch(batch_size)\n'
+            '        sess.run(train_disc, feed_dict={real_image_input: batch_x})\n',
+            'import numpy as np\n'
+            'import tensorflow as tf\n'
+            'import os\n'
+            'from tensorflow.examples.tutorials.mnist import input_data\n'
+            "mnist = input_data.read_data_sets('/tmp/data/', one_hot=True, seed=1234)\n"
+            'batch_size = 128\n'
+            '# %%\n'
+            'def first_rows(images, batch_size):\n'
+            '    return images[:batch_size]\n'
+            'disc_real = discriminator(real_image_input)\n'
+            'disc_loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(\n'
+            "    logits=disc_real, labels=tf.ones([batch_size // int(os.getenv('RANK_SIZE', '1'))], dtype=tf.int32)))\n"
+            'train_disc = tf.train.AdamOptimizer(0.002).minimize(disc_loss)\n'
+            '# %%\n'
+            'with tf.Session() as sess:\n'
+            '    sess.run(tf.global_variables_initializer())\n'
+            '    for step in range(1, 501):\n'
+            "        batch_x, _ = [part[int(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', '1'))] for part in mnist.train.next_batch(batch_size)]\n"
+            '        sess.run(train_disc, feed_dict={real_image_input: batch_x})\n',
+        ),
         # Batches a notebook function picks rows for from the arrays it is given (Hands-On ML, ch. 9): each
         # rank picks from its own rows, its part of the batch (unseeded, a global batch split after would
         # repeat rows across ranks).
@@ -2887,25 +2928,12 @@ def _expected_batch_shapes(context, source: CallSite, batch: Optional[CallSite])
     found = []
     for cell, facts in context.facts.cells:
         for scope in [facts.tree, *facts.functions.values()]:
-            nodes = list(_own_nodes(scope))
+            nodes = list(own_nodes(scope))
             if not any(isinstance(node, ast.Compare) for node in nodes):
                 continue  # nothing to expect a shape: no need to follow what the scope draws
             drawn = _drawn_names(nodes, maker, held)
             found += [(cell, facts, name) for name in dict.fromkeys(_expected_rows(nodes, size.id, drawn))]
     return found
-
-
-def _own_nodes(scope: ast.AST) -> Iterator[ast.AST]:
-    """The nodes of a cell's top level or of a function's body, not those of the functions, classes and
-    lambdas defined in it: each is a scope of its own."""
-    todo = [node for node in scope.body if not isinstance(node, _SCOPES)]
-    while todo:
-        node = todo.pop()
-        yield node
-        todo += [child for child in ast.iter_child_nodes(node) if not isinstance(child, _SCOPES)]
-
-
-_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
 
 
 def _reads_pipeline(node: ast.AST, maker: Optional[str], names: Set[str]) -> bool:
