@@ -29,7 +29,9 @@ which is removed afterwards.
 Runs are in proof mode, as ``run`` makes them by default (each training call stops once the checks
 are decided); a notebook with a cell that needs the whole training (it fails on one card after proof
 mode's cut) is run again as written, each cell given the ranks' count times ``--timeout`` (the ranks
-share the machine's cores); ``--full`` trains as written, and ``--compare-modes`` runs every notebook both ways and
+share the machine's cores), and so is the fixed run of a notebook where proof mode itself trained a cell
+as written (``while not done: model.fit(...)``, a loop until the training converges, whose length is
+random); ``--full`` trains as written, and ``--compare-modes`` runs every notebook both ways and
 prints the runs whose verdicts differ (goal: none) and the time of each mode. ``--corpus`` takes
 another folder of families (``benchmarks/field/notebooks``, the field corpus); every figure is also
 given by family.
@@ -243,6 +245,9 @@ class Run:
     # The notebook as written on one card up to the cell where its fixed run failed on one card, when
     # that is after the cell where this (unfixed) run failed: OneCard.to_json().
     one_card_later: Optional[dict] = None
+    # The cells where proof mode trained as written ("while not done: model.fit(...)" repeats, see
+    # probes.CUT_REPEATS), as rank 0 reported them.
+    cells_as_written: List[int] = field(default_factory=list)
 
     @property
     def checks_pass(self) -> bool:
@@ -321,6 +326,7 @@ def run_on_ranks(path: str, ranks: int, timeout: float, home: str, proof_steps: 
         elapsed_s=round(time.monotonic() - started, 1),
         timed_out=failed is not None and failed.status == "timeout",
         one_card_out_of_time=one_card is not None and one_card.out_of_time,
+        cells_as_written=sorted({r["cell"] for r in result.shortened if r.get("ran_as_written") and r.get("cell") is not None}),
     )
 
 
@@ -464,8 +470,11 @@ def measure(path: Path, ranks: int, timeout: float, work_root: str, data_root: s
 
     def cell_timeout() -> float:
         # Trained as written, a cell takes its whole training, and the ranks share this machine's cores:
-        # each gets a rank's share of them, so a cell gets the ranks' count times the proof's limit.
-        return timeout * ranks if record.as_written else timeout
+        # each gets a rank's share of them, so a cell gets the ranks' count times the proof's limit. So
+        # does a notebook with a cell proof mode itself trained as written in the unfixed run (a loop
+        # training until it converges: its length is the notebook's, and random).
+        trains_as_written = record.as_written or (record.unfixed is not None and record.unfixed.cells_as_written)
+        return timeout * ranks if trains_as_written else timeout
 
     try:
         offline_data.write_notebook_files(folder, source)

@@ -110,3 +110,28 @@ def test_a_notebook_the_ranks_break_is_run_fixed(tmp_path, monkeypatch):
     record = bench_corpus_run.measure(_notebook_in_a_family(tmp_path), 2, 300.0, str(tmp_path), str(tmp_path / "data"),
                                       corpus=tmp_path / "corpus")
     assert runs == ["notebook.ipynb", "notebook.fixed.ipynb"] and record.runnable
+
+
+def test_a_cell_proof_mode_trained_as_written_gives_the_fixed_run_the_as_written_time(tmp_path, monkeypatch):
+    """A loop training until it converges (``while not done: model.fit(...)``) is trained as written by
+    proof mode itself: its fixed run gets what a notebook trained as written gets, the ranks' count
+    times the cell timeout; a notebook without one keeps the proof's timeout."""
+    import bench_corpus_run
+
+    def measured(cells_as_written):
+        timeouts = []
+
+        def run_on_ranks(path, ranks, timeout, *args, **kwargs):
+            timeouts.append((Path(path).name, timeout))
+            return Run(True, checks=dict(_CHECKS_PASS) if "fixed" in path else {"broadcast": "fail"},
+                       cells_as_written=cells_as_written)
+
+        monkeypatch.setattr(bench_corpus_run, "run_on_ranks", run_on_ranks)
+        folder = tmp_path / str(len(cells_as_written))
+        folder.mkdir()
+        bench_corpus_run.measure(_notebook_in_a_family(folder), 2, 300.0, str(folder), str(folder / "data"),
+                                 corpus=folder / "corpus")
+        return timeouts
+
+    assert measured([1]) == [("notebook.ipynb", 300.0), ("notebook.fixed.ipynb", 600.0)]
+    assert measured([]) == [("notebook.ipynb", 300.0), ("notebook.fixed.ipynb", 300.0)]
