@@ -10,7 +10,7 @@ from ..facts import CallSite, CellFacts, chain_root_name, dotted_name, own_nodes
 from ..findings import NEEDS_NPU_DEVICE, NEEDS_OS, Edit, Finding
 from ..i18n import N_, _, ngettext
 from ..learning_rules import EXAMPLE_RBM, EXAMPLE_RBM_PARTS, LEARNING_RULE, rule_updates
-from ..names import positional_parameters
+from ..names import function_locals
 from ..ranks import rank_free_shards
 from .batch_not_divisible import global_batch_value
 from .base import (
@@ -2854,8 +2854,7 @@ def _top_level_function(context, name: Optional[str]) -> bool:
 
 def _local_to(context, function: str, name: str) -> bool:
     defined = context.facts.function(function)
-    return defined is None or name in positional_parameters(defined[2]) or any(
-        isinstance(node, ast.arg) and node.arg == name for node in ast.walk(defined[2]))
+    return defined is None or name in function_locals(defined[2])
 
 
 def _dict_like(value: ast.expr) -> bool:
@@ -2919,10 +2918,8 @@ def _expected_batch_shapes(context, source: CallSite, batch: Optional[CallSite])
     value = global_batch_value(context, size)
     if value is not None and value < context.options.ranks:
         return []
-    if source.function is not None:
-        defined = context.facts.function(source.function)
-        if defined is None or size.id in positional_parameters(defined[2]):
-            return []  # the checks name the batch otherwise
+    if source.function is not None and _local_to(context, source.function, size.id):
+        return []  # the function's own batch size: the checks elsewhere name the batch otherwise
     maker = source.function
     held = _pipeline_holders(context, source, batch) if maker is None else set()
     found = []
