@@ -651,13 +651,15 @@ class NotebookFacts:
             return True
         return any(module == prefix or module.startswith(prefix + ".") for module in self.star_modules)
 
-    def made_by_another_library(self, name: Optional[str]) -> bool:
-        """Is ``name`` last bound (at a cell's top level) to an object made by an imported library
-        that is not TensorFlow or Keras (``Perceptron()`` from scikit-learn, an XGBoost model)? Its
-        ``fit`` trains no Keras model: nothing of the three steps applies to it."""
+    def made_by_another_library(self, name: Optional[str], function: Optional[str] = None) -> bool:
+        """Is ``name`` last bound (in ``function``, where the call is, else at a cell's top level) to an
+        object made by an imported library that is not TensorFlow or Keras (``Perceptron()`` from
+        scikit-learn, an XGBoost model)? Its ``fit`` trains no Keras model: nothing of the three steps
+        applies to it."""
         if not name or "." in name:
             return False
-        values = [a.value for _cell, _facts, a in self.assignments(name) if a.function is None and not a.tuple_target]
+        bound = [a for _cell, _facts, a in self.assignments(name) if not a.tuple_target]
+        values = [a.value for a in bound if a.function == function] or [a.value for a in bound if a.function is None]
         if not values or not isinstance(values[-1], ast.Call):
             return False
         written = dotted_name(values[-1].func)
@@ -677,7 +679,7 @@ class NotebookFacts:
                     yield found
             elif searches and self.in_a_tuner_class(found[1], found[2]):
                 continue  # a trial's fit: the search that reaches it gives its data and callbacks
-            elif not self.made_by_another_library(receiver):
+            elif not self.made_by_another_library(receiver, found[2].function):
                 yield found
 
     def in_a_tuner_class(self, facts: "CellFacts", site: CallSite) -> bool:

@@ -178,6 +178,49 @@ class MissingShard(Rule):
             "model.fit(x[rank_id::rank_size][:len(y) // rank_size], y[rank_id::rank_size][:len(y) // "
             "rank_size], batch_size=1, epochs=2)\n",
         ),
+        # A Kaggle blend (t81-558's ensembles): scikit-learn's LogisticRegression made and fit inside a
+        # function trains no Keras model (its fit takes no callbacks): only the Keras model's fit is sharded.
+        Example(
+            "import tensorflow as tf\nfrom sklearn.linear_model import LogisticRegression\n"
+            "model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(4,))])\n"
+            "model.compile(optimizer='adam', loss='mse')\nmodel.fit(x, y, batch_size=32)\n"
+            "def blend(features, labels):\n    stacker = LogisticRegression(solver='lbfgs')\n"
+            "    stacker.fit(features, labels)\n    return stacker\n",
+            "import tensorflow as tf\nimport os\nfrom sklearn.linear_model import LogisticRegression\n"
+            "model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(4,))])\n"
+            "model.compile(optimizer='adam', loss='mse')\n"
+            "rank_size, rank_id = int(os.getenv('RANK_SIZE', '1')), int(os.getenv('RANK_ID', '0'))\n"
+            "model.fit(x[rank_id::rank_size][:len(y) // rank_size], y[rank_id::rank_size][:len(y) // rank_size], "
+            "batch_size=32 // rank_size)\n"
+            "def blend(features, labels):\n    stacker = LogisticRegression(solver='lbfgs')\n"
+            "    stacker.fit(features, labels)\n    return stacker\n",
+        ),
+        # Two fits in the branches of an if: each branch gets its rank line (one written in the first
+        # branch only left the other reading rank_id unbound, a NameError the fix wrote).
+        Example(
+            "import tensorflow as tf\nmodel.compile(optimizer='sgd', loss='mse')\n"
+            "if quick:\n    model.fit(x, y, epochs=1, batch_size=64)\nelse:\n    model.fit(x, y, epochs=30, batch_size=64)\n",
+            "import tensorflow as tf\nimport os\nmodel.compile(optimizer='sgd', loss='mse')\n"
+            "if quick:\n"
+            "    rank_size, rank_id = int(os.getenv('RANK_SIZE', '1')), int(os.getenv('RANK_ID', '0'))\n"
+            "    model.fit(x[rank_id::rank_size][:len(y) // rank_size], y[rank_id::rank_size][:len(y) // rank_size], "
+            "epochs=1, batch_size=64 // rank_size)\n"
+            "else:\n"
+            "    rank_size, rank_id = int(os.getenv('RANK_SIZE', '1')), int(os.getenv('RANK_ID', '0'))\n"
+            "    model.fit(x[rank_id::rank_size][:len(y) // rank_size], y[rank_id::rank_size][:len(y) // rank_size], "
+            "epochs=30, batch_size=64 // rank_size)\n",
+        ),
+        # ... and two fits one after the other share one.
+        Example(
+            "import tensorflow as tf\nmodel.compile(optimizer='sgd', loss='mse')\n"
+            "model.fit(x, y, epochs=1, batch_size=64)\nmodel.fit(x, y, epochs=30, batch_size=64)\n",
+            "import tensorflow as tf\nimport os\nmodel.compile(optimizer='sgd', loss='mse')\n"
+            "rank_size, rank_id = int(os.getenv('RANK_SIZE', '1')), int(os.getenv('RANK_ID', '0'))\n"
+            "model.fit(x[rank_id::rank_size][:len(y) // rank_size], y[rank_id::rank_size][:len(y) // rank_size], "
+            "epochs=1, batch_size=64 // rank_size)\n"
+            "model.fit(x[rank_id::rank_size][:len(y) // rank_size], y[rank_id::rank_size][:len(y) // rank_size], "
+            "epochs=30, batch_size=64 // rank_size)\n",
+        ),
         # fit given arrays without labels (an autoencoder's inputs): the arrays are sharded too.
         Example(
             "import numpy as np\nimport tensorflow as tf\nimages = np.expand_dims(np.load('digits.npy'), -1).astype('float32') / 255\n"
@@ -2169,7 +2212,7 @@ class MissingShard(Rule):
                 names=", ".join(array.name for array in arrays), name=first.name), edits)]
 
     def _shard_arrays(self, context) -> Iterator[Finding]:
-        scopes_with_rank_line = set()
+        rank_lines = {}  # (cell, function) -> the statements the rank line was written before
         for cell, facts, site in context.facts.keras_fits("fit"):
             x = site.argument(0, "x")
             y = site.argument(1, "y")
@@ -2189,10 +2232,14 @@ class MissingShard(Rule):
                 "every rank trains on all the arrays: give each rank every N-th sample "
                 "(x[rank_id::rank_size]) and split the batch size across ranks"
             ) + _even_rows_note()
-            scope = (cell, site.function)
+            written_before = rank_lines.setdefault((cell, site.function), [])
+            # A fit in another branch (``if ...: fit(a) else: fit(b)``) or before the line is not reached
+            # through it: it gets its own line, or it would read rank_id unbound.
+            define_rank = not any(_runs_before(facts, stmt, site.stmt) for stmt in written_before)
             context.shard_fix_splits_batch = True
-            edits = _array_edits(context, cell, facts, site, arrays, define_rank=scope not in scopes_with_rank_line)
-            scopes_with_rank_line.add(scope)
+            edits = _array_edits(context, cell, facts, site, arrays, define_rank=define_rank)
+            if define_rank:
+                written_before.append(site.stmt)
             yield self.finding(cell, facts, x, message, edits)
 
 
@@ -3094,6 +3141,15 @@ def _last_binding_before(facts: CellFacts, stmt: ast.stmt, until: ast.stmt, size
 def _block_of(facts: CellFacts, stmt: ast.stmt) -> Optional[list]:
     """The list of statements (a body, an else, a finally) ``stmt`` is one of."""
     return next((body for node in ast.walk(facts.tree) for body in _bodies(node) if stmt in body), None)
+
+
+def _runs_before(facts: CellFacts, stmt: ast.stmt, later: ast.stmt) -> bool:
+    """Whether every way to ``later`` passes ``stmt`` first: ``later`` is ``stmt`` or within a statement
+    after it in its block."""
+    block = _block_of(facts, stmt)
+    if block is None:
+        return False
+    return any(after is later or any(node is later for node in ast.walk(after)) for after in block[block.index(stmt):])
 
 
 def _bodies(node: ast.AST) -> List[list]:
