@@ -241,6 +241,9 @@ class Run:
     one_card: Optional[dict] = None  # OneCard.to_json() when a cell failed
     elapsed_s: float = 0.0
     timed_out: bool = False  # the failed cell ran out of time on the ranks
+    # ... with every rank still running the notebook's code (none waiting in a collective, none done):
+    # slower than the limit, not stuck (CellOutcome.slow)
+    slow: bool = False
     one_card_out_of_time: bool = False  # ... and the one-card rerun did not get through to it either
     # The notebook as written on one card up to the cell where its fixed run failed on one card, when
     # that is after the cell where this (unfixed) run failed: OneCard.to_json().
@@ -325,6 +328,7 @@ def run_on_ranks(path: str, ranks: int, timeout: float, home: str, proof_steps: 
         one_card=one_card.to_json() if one_card is not None else None,
         elapsed_s=round(time.monotonic() - started, 1),
         timed_out=failed is not None and failed.status == "timeout",
+        slow=failed is not None and failed.slow,
         one_card_out_of_time=one_card is not None and one_card.out_of_time,
         cells_as_written=sorted({r["cell"] for r in result.shortened if r.get("ran_as_written") and r.get("cell") is not None}),
     )
@@ -394,6 +398,9 @@ class Record:
     # mode cut short failed (a plot of 100 epochs' losses against 100 learning rates), as a user
     # reading the report would, the notebook was run again with --full.
     as_written: bool = False
+    # A cell was slower than --timeout on the ranks, none stuck (Run.slow): its runs got the as-written
+    # cell time from then on.
+    slow: bool = False
 
     @property
     def runnable(self) -> bool:
@@ -473,8 +480,20 @@ def measure(path: Path, ranks: int, timeout: float, work_root: str, data_root: s
         # each gets a rank's share of them, so a cell gets the ranks' count times the proof's limit. So
         # does a notebook with a cell proof mode itself trained as written in the unfixed run (a loop
         # training until it converges: its length is the notebook's, and random).
-        trains_as_written = record.as_written or (record.unfixed is not None and record.unfixed.cells_as_written)
+        trains_as_written = record.as_written or record.slow or (
+            record.unfixed is not None and record.unfixed.cells_as_written)
         return timeout * ranks if trains_as_written else timeout
+
+    def run_or_slow(path: str, proof: Optional[int]) -> Run:
+        # A cell slower than the limit on the ranks, none of them stuck (a 100-split bootstrap that
+        # builds a model per split): the ranks share the machine's cores, so, as a notebook trained as
+        # written, the run is made again with the ranks' count times the limit.
+        run = run_on_ranks(path, ranks, cell_timeout(), home, proof)
+        if run.slow and not record.slow and cell_timeout() == timeout:
+            record.slow = True
+            _clean_outputs(folder, keep | {os.path.basename(fixed_path or "")})
+            run = run_on_ranks(path, ranks, cell_timeout(), home, proof)
+        return run
 
     try:
         offline_data.write_notebook_files(folder, source)
@@ -483,8 +502,9 @@ def measure(path: Path, ranks: int, timeout: float, work_root: str, data_root: s
         for module in beside.values():
             shutil.copy(module, os.path.join(folder, module.name))
         keep = {path.name, *offline_data._NOTEBOOK_FILES, *(module.name for module in beside.values())}
+        fixed_path = None
         if not fixed_only:
-            record.unfixed = run_on_ranks(unfixed_path, ranks, timeout, home, modes[0])
+            record.unfixed = run_or_slow(unfixed_path, modes[0])
             _clean_outputs(folder, keep)
             if modes == (DEFAULT_PROOF_STEPS,) and _failed_after_the_cut(record.unfixed):
                 record.as_written, modes = True, (None,)
@@ -495,7 +515,7 @@ def measure(path: Path, ranks: int, timeout: float, work_root: str, data_root: s
                 _clean_outputs(folder, keep)
         fixed_path, record.static_after, record.fix_error = _fix(unfixed_path)
         if fixed_path is not None and not left_out_as_written(record.unfixed):
-            record.fixed = run_on_ranks(fixed_path, ranks, cell_timeout(), home, modes[0])
+            record.fixed = run_or_slow(fixed_path, modes[0])
             if fixed_only and modes == (DEFAULT_PROOF_STEPS,) and _failed_after_the_cut(record.fixed):
                 # No unfixed run to learn it from: the fixed one tells that a cell needs the whole training.
                 _clean_outputs(folder, keep | {os.path.basename(fixed_path)})
@@ -587,11 +607,14 @@ def report(records: List[Record], elapsed: float) -> Tuple[str, dict]:
     for record in runnable:
         lines.append(f"{record.name:<86} {_short(record.unfixed):<22} {_short(record.fixed):<22} "
                      f"{failure_class(record.fixed) if record.fixed is not None else record.fix_error[:40]}"
-                     + ("  (as written)" if record.as_written else ""))
+                     + ("  (as written)" if record.as_written else "") + ("  (slow)" if record.slow else ""))
     lines.append("")
     as_written = [r for r in runnable if r.as_written]
     if as_written:
         lines.append(f"trained as written (a cell after proof mode's cut failed on one card): {len(as_written)}")
+    slow = [r for r in runnable if r.slow]
+    if slow:
+        lines.append(f"run again with the as-written cell time (a cell slower than --timeout, no rank stuck): {len(slow)}")
 
     share = lambda part, whole: (len(part) / len(whole)) if whole else 0.0  # noqa: E731
     lines.append(f"fixed, all three checks pass:   {len(fixed_pass)}/{len(runnable)} = {share(fixed_pass, runnable):.0%}"

@@ -135,3 +135,34 @@ def test_a_cell_proof_mode_trained_as_written_gives_the_fixed_run_the_as_written
 
     assert measured([1]) == [("notebook.ipynb", 300.0), ("notebook.fixed.ipynb", 600.0)]
     assert measured([]) == [("notebook.ipynb", 300.0), ("notebook.fixed.ipynb", 300.0)]
+
+
+def test_a_cell_slower_than_the_limit_with_no_rank_stuck_is_run_again_with_the_as_written_time(tmp_path, monkeypatch):
+    """A timeout where every rank was still running the notebook's code (a bootstrap building 100 models)
+    is run again with the ranks' count times the limit, then judged; one where a rank waited in a
+    collective (stuck) is judged as it is."""
+    import bench_corpus_run
+
+    def measured(slow):
+        timeouts = []
+
+        def run_on_ranks(path, ranks, timeout, *args, **kwargs):
+            timeouts.append((Path(path).name, timeout))
+            if timeout == 300.0:
+                return Run(False, failed_cell=7, error="cell 7 timed out after 300 s", timed_out=True, slow=slow,
+                           one_card=OneCard(7, RUNS, "runs on one card").to_json())
+            return Run(True, checks=dict(_CHECKS_PASS) if "fixed" in path else {"broadcast": "fail"})
+
+        monkeypatch.setattr(bench_corpus_run, "run_on_ranks", run_on_ranks)
+        folder = tmp_path / str(slow)
+        folder.mkdir()
+        record = bench_corpus_run.measure(_notebook_in_a_family(folder), 2, 300.0, str(folder), str(folder / "data"),
+                                          corpus=folder / "corpus")
+        return timeouts, record
+
+    timeouts, record = measured(True)
+    assert timeouts == [("notebook.ipynb", 300.0), ("notebook.ipynb", 600.0), ("notebook.fixed.ipynb", 600.0)]
+    assert record.slow and record.caught and record.fixed.passed
+    timeouts, record = measured(False)
+    assert timeouts == [("notebook.ipynb", 300.0), ("notebook.fixed.ipynb", 300.0)]
+    assert not record.slow and not record.fixed.passed

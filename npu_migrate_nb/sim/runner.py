@@ -73,11 +73,23 @@ class CellOutcome:
     status: str  # "ok" | "error" | "timeout" | "skipped"
     ranks: List[RankOutcome] = field(default_factory=list)
     message: Optional[str] = None
+    # At a timeout, where each rank was: the collective it waited in, or None while it ran the
+    # notebook's code; a rank that had finished the cell is not listed.
+    waiting: Dict[int, Optional[str]] = field(default_factory=dict)
+
+    @property
+    def slow(self) -> bool:
+        """A timeout with every rank still running the notebook's code, none waiting in a collective nor
+        done: the cell is longer than the limit, not stuck."""
+        return (self.status == "timeout" and len(self.waiting) == len(self.ranks)
+                and not any(self.waiting.values()))
 
     def to_json(self) -> dict:
         data = {"cell": self.cell, "status": self.status, "ranks": [r.to_json() for r in self.ranks]}
         if self.message:
             data["message"] = self.message
+        if self.waiting:
+            data["waiting"] = {str(rank): collective for rank, collective in self.waiting.items()}
         return data
 
 
@@ -139,10 +151,11 @@ class RunResult:
 class _Fault(Exception):
     """Something that stops every rank: the cell gets ``status`` and the run stops."""
 
-    def __init__(self, status: str, message: str):
+    def __init__(self, status: str, message: str, waiting: Optional[Dict[int, Optional[str]]] = None):
         super().__init__(message)
         self.status = status
         self.message = message
+        self.waiting = waiting or {}
 
 
 class Runner:
@@ -325,7 +338,7 @@ class Runner:
         except _Fault as fault:
             watch.stream_output(final=True)
             watch.show_errors()
-            outcome = watch.outcome(fault.status, fault.message)
+            outcome = watch.outcome(fault.status, fault.message, fault.waiting)
             self._stop(index)
             print(fault.message, file=self.errors)
             return outcome
@@ -422,7 +435,7 @@ class _Watch:
             if first_error_at is not None and now - first_error_at > GRACE_AFTER_ERROR:
                 raise _Fault("error", self.stuck_after_error_message(finished))
             if now - started > self.runner.timeout:
-                raise _Fault("timeout", self.timeout_message(finished))
+                raise _Fault("timeout", self.timeout_message(finished), self.waiting_of(finished))
             time.sleep(POLL_SECONDS)
 
     def finished_ranks(self) -> List[int]:
@@ -475,7 +488,8 @@ class _Watch:
             self.runner.errors.write(prefix_lines(error, label))
         self.runner.errors.flush()
 
-    def outcome(self, status: Optional[str] = None, message: Optional[str] = None) -> CellOutcome:
+    def outcome(self, status: Optional[str] = None, message: Optional[str] = None,
+                waiting: Optional[Dict[int, Optional[str]]] = None) -> CellOutcome:
         ranks = []
         for rank in self.cluster.ranks:
             stdout = self.text(rank, "stdout") + self.execute_result_text(rank)
@@ -485,7 +499,7 @@ class _Watch:
         elif message:
             for rank_outcome in ranks:
                 rank_outcome.error = rank_outcome.error or message
-        return CellOutcome(self.index, status, ranks, message)
+        return CellOutcome(self.index, status, ranks, message, waiting or {})
 
     def execute_result_text(self, rank: int) -> str:
         result = self.metadata(rank).get("execute_result") or {}
@@ -523,6 +537,9 @@ class _Watch:
                  "{where}. Stopped all ranks.").format(
             rank=failed[0], cell=self.index, error=first_line, seconds=f"{GRACE_AFTER_ERROR:g}",
             where=self._where_running(running))
+
+    def waiting_of(self, finished: List[int]) -> Dict[int, Optional[str]]:
+        return {rank: self.cluster.collective_of(rank) for rank in self.cluster.ranks if rank not in finished}
 
     def timeout_message(self, finished: List[int]) -> str:
         running = [r for r in self.cluster.ranks if r not in finished]

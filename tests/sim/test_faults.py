@@ -114,6 +114,18 @@ def test_a_skipped_collective_times_out_naming_who_waits_where(mode):
     assert message.startswith("cell 1 timed out after 5 s: rank 0 waits in all_reduce #"), message
     assert "at line 2 of the cell" in message
     assert "rank(s) 1 finished the cell" in message
+    assert outcomes[1].waiting[0].startswith("all_reduce #") and 1 not in outcomes[1].waiting
+    assert not outcomes[1].slow  # stuck, not slow
+    assert leftover == set()
+
+
+def test_a_cell_longer_than_the_timeout_on_every_rank_is_slow_not_stuck():
+    cells = ["import time\nfor _ in range(600):\n    time.sleep(0.1)"]
+    outcomes, output, leftover = run_cells(cells, timeout=3)
+    assert [o.status for o in outcomes] == ["timeout"], output
+    assert outcomes[0].waiting == {0: None, 1: None}
+    assert outcomes[0].slow
+    assert outcomes[0].to_json()["waiting"] == {"0": None, "1": None}
     assert leftover == set()
 
 
