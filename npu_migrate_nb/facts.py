@@ -219,21 +219,6 @@ def _every_node(root: ast.AST) -> Iterator[ast.AST]:
         extend(reversed(_children(node)))
 
 
-SCOPE_NODES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
-
-
-def own_nodes(scope: ast.AST) -> Iterator[ast.AST]:
-    """The nodes of a module's, function's or loop's body (and its ``else``), not those inside the
-    functions, classes and lambdas defined there: each is a scope of its own (its definition, which binds
-    its name here, is yielded)."""
-    todo = list(getattr(scope, "body", [])) + list(getattr(scope, "orelse", []))
-    while todo:
-        node = todo.pop()
-        yield node
-        if not isinstance(node, SCOPE_NODES):
-            todo.extend(_children(node))
-
-
 def _children(node: ast.AST) -> List[ast.AST]:
     """``ast.iter_child_nodes(node)`` as a list, without a generator per node."""
     children = []

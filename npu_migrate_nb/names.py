@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 import builtins
 from dataclasses import dataclass, field
-from typing import Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
+from typing import Dict, FrozenSet, Iterable, Iterator, List, Optional, Set, Tuple
 
 # Names a kernel defines for every notebook besides Python's built-ins.
 IPYTHON_NAMES = frozenset({"get_ipython", "display", "In", "Out", "exit", "quit", "_", "__", "___", "_i", "_ii",
@@ -22,6 +22,18 @@ ALWAYS_BOUND = frozenset(dir(builtins)) | IPYTHON_NAMES
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 
 Position = Tuple[int, int]
+
+
+def own_nodes(scope: ast.AST) -> Iterator[ast.AST]:
+    """The nodes of a module's, function's or loop's body (and its ``else``), not those inside the
+    functions, classes and lambdas defined there: each is a scope of its own (its definition, which binds
+    its name here, is yielded)."""
+    todo = list(getattr(scope, "body", [])) + list(getattr(scope, "orelse", []))
+    while todo:
+        node = todo.pop()
+        yield node
+        if not isinstance(node, _SCOPES):
+            todo.extend(ast.iter_child_nodes(node))
 
 
 def free_names(code: str) -> Set[str]:

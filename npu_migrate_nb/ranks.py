@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Dict, FrozenSet, Iterator, List, Optional, Tuple
 
 from . import knowledge as K
-from .facts import CellFacts, NotebookFacts, dotted_name, mentions, own_nodes
+from .facts import CellFacts, NotebookFacts, dotted_name, mentions
+from .names import own_nodes
 
 # The kinds of value (see knowledge.py, rank values), and one for a value that cannot be seen.
 RANK, SIZE, DEVICE, DEVICES, SERVER, UNKNOWN = "rank", "size", "device", "devices", "server", "unknown"

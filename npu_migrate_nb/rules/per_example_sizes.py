@@ -14,9 +14,9 @@ from __future__ import annotations
 import ast
 from typing import Iterator, List, Optional, Sequence, Set, Tuple
 
-from ..facts import CellFacts, chain_root_name, dotted_name, own_nodes
+from ..facts import CellFacts, chain_root_name, dotted_name
 from ..findings import Edit
-from ..names import function_locals, positional_parameters
+from ..names import function_locals, own_nodes, positional_parameters
 from .base import replace
 
 _DEPTH = 3  # calls followed from the step's loop (run_optimization -> discriminator_loss)

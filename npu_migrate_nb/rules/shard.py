@@ -6,11 +6,11 @@ import ast
 from typing import Iterable, Iterator, List, Optional, Set, Tuple
 
 from .. import knowledge as K
-from ..facts import CallSite, CellFacts, chain_root_name, dotted_name, own_nodes, receiver_name
+from ..facts import CallSite, CellFacts, chain_root_name, dotted_name, receiver_name
 from ..findings import NEEDS_NPU_DEVICE, NEEDS_OS, Edit, Finding
 from ..i18n import N_, _, ngettext
 from ..learning_rules import EXAMPLE_RBM, EXAMPLE_RBM_PARTS, LEARNING_RULE, rule_updates
-from ..names import function_locals
+from ..names import function_locals, own_nodes
 from ..ranks import rank_free_shards
 from .batch_not_divisible import global_batch_value
 from .base import (
