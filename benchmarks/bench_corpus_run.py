@@ -31,7 +31,8 @@ are decided); a notebook with a cell that needs the whole training (it fails on 
 mode's cut) is run again as written, each cell given the ranks' count times ``--timeout`` (the ranks
 share the machine's cores), and so is the fixed run of a notebook where proof mode itself trained a cell
 as written (``while not done: model.fit(...)``, a loop until the training converges, whose length is
-random); ``--full`` trains as written, and ``--compare-modes`` runs every notebook both ways and
+random), and so is a run with a cell slower than ``--timeout`` where no rank was stuck (every rank still
+running the notebook's code, none waiting in a collective: a bootstrap building 100 models); ``--full`` trains as written, and ``--compare-modes`` runs every notebook both ways and
 prints the runs whose verdicts differ (goal: none) and the time of each mode. ``--corpus`` takes
 another folder of families (``benchmarks/field/notebooks``, the field corpus); every figure is also
 given by family.

@@ -435,7 +435,8 @@ class _Watch:
             if first_error_at is not None and now - first_error_at > GRACE_AFTER_ERROR:
                 raise _Fault("error", self.stuck_after_error_message(finished))
             if now - started > self.runner.timeout:
-                raise _Fault("timeout", self.timeout_message(finished), self.waiting_of(finished))
+                waiting = self.waiting_of(finished)  # read once: the message and the outcome agree
+                raise _Fault("timeout", self.timeout_message(finished, waiting), waiting)
             time.sleep(POLL_SECONDS)
 
     def finished_ranks(self) -> List[int]:
@@ -541,26 +542,26 @@ class _Watch:
     def waiting_of(self, finished: List[int]) -> Dict[int, Optional[str]]:
         return {rank: self.cluster.collective_of(rank) for rank in self.cluster.ranks if rank not in finished}
 
-    def timeout_message(self, finished: List[int]) -> str:
+    def timeout_message(self, finished: List[int], waiting: Dict[int, Optional[str]]) -> str:
         running = [r for r in self.cluster.ranks if r not in finished]
-        where = self._where_running(running)
+        where = self._where_running(running, waiting)
         seconds = f"{self.runner.timeout:g}"
         if not finished:
             return _("cell {cell} timed out after {seconds} s: {where}. Stopped all ranks.").format(
                 cell=self.index, seconds=seconds, where=where)
         done = ",".join(map(str, finished))
-        if any(self.cluster.collective_of(r) for r in running):
+        if any(waiting.values()):
             return _("cell {cell} timed out after {seconds} s: {where}; rank(s) {finished} finished the cell "
                      "(a rank that skips a collective leaves the others waiting in it). Stopped all ranks.").format(
                 cell=self.index, seconds=seconds, where=where, finished=done)
         return _("cell {cell} timed out after {seconds} s: {where}; rank(s) {finished} finished the cell. "
                  "Stopped all ranks.").format(cell=self.index, seconds=seconds, where=where, finished=done)
 
-    def _where_running(self, running: List[int]) -> str:
+    def _where_running(self, running: List[int], waiting: Optional[Dict[int, Optional[str]]] = None) -> str:
         stacks = self.cluster.stacks_of(running)
         parts = []
         for rank in running:
-            collective = self.cluster.collective_of(rank)
+            collective = waiting[rank] if waiting is not None else self.cluster.collective_of(rank)
             line = _user_line(stacks.get(rank, ""))
             where = _(" at line {line} of the cell").format(line=line) if line else ""
             if collective:
