@@ -92,6 +92,48 @@ _HELPER_BATCHES = (
 )
 
 
+# TensorFlow-Examples' TF1 DCGAN (rule examples): labels sized with the global batch in the graph.
+_TF1_DCGAN = Example(
+    'import numpy as np\n'
+    'import tensorflow as tf\n'
+    'from tensorflow.examples.tutorials.mnist import input_data\n'
+    "mnist = input_data.read_data_sets('/tmp/data/', one_hot=True)\n"
+    'batch_size = 128\n'
+    '# %%\n'
+    'disc_real = discriminator(real_image_input)\n'
+    'disc_loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(\n'
+    '    logits=disc_real, labels=tf.ones([batch_size], dtype=tf.int32)))\n'
+    'train_disc = tf.train.AdamOptimizer(0.002).minimize(disc_loss)\n'
+    '# %%\n'
+    'with tf.Session() as sess:\n'
+    '    sess.run(tf.global_variables_initializer())\n'
+    '    for step in range(1, 501):\n'
+    '        batch_x, _ = mnist.train.next_batch(batch_size)\n'
+    '        sess.run(train_disc, feed_dict={real_image_input: batch_x})\n'
+    '    z = np.random.uniform(-1., 1., size=[batch_size, 100])\n',
+    'import numpy as np\n'
+    'import tensorflow as tf\n'
+    'import os\n'
+    'from tensorflow.examples.tutorials.mnist import input_data\n'
+    "mnist = input_data.read_data_sets('/tmp/data/', one_hot=True, seed=1234)\n"
+    'batch_size = 128\n'
+    '# %%\n'
+    'disc_real = discriminator(real_image_input)\n'
+    'disc_loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(\n'
+    "    logits=disc_real, labels=tf.ones([batch_size // int(os.getenv('RANK_SIZE', '1'))], dtype=tf.int32)))\n"
+    'train_disc = tf.train.AdamOptimizer(0.002).minimize(disc_loss)\n'
+    '# %%\n'
+    'with tf.Session() as sess:\n'
+    '    sess.run(tf.global_variables_initializer())\n'
+    '    for step in range(1, 501):\n'
+    "        batch_x, _ = [part[int(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', '1'))] for part in mnist.train.next_batch(batch_size)]\n"
+    '        sess.run(train_disc, feed_dict={real_image_input: batch_x})\n'
+    '    z = np.random.uniform(-1., 1., size=[batch_size, 100])\n',
+)
+# A helper beside that graph, sizing with a batch_size parameter of its own.
+_OWN_BATCH_HELPER = "def first_rows(images, batch_size):\n    return images[:batch_size]\n"
+
+
 class MissingShard(Rule):
     """Without a shard every rank reads the whole dataset, in the same order: the N cards compute the
     same gradients N times, so training is no faster than on one card, and with the global batch not
@@ -1545,84 +1587,11 @@ class MissingShard(Rule):
             'model.fit(train_dataset, epochs=10)\n',
         ),
         # A TF1 graph's labels sized with the global batch where the graph is built (TensorFlow-Examples' TF1 DCGAN): the graph runs every step, so they follow the split; numpy outside the loop does not.
-        Example(
-            'import numpy as np\n'
-            'import tensorflow as tf\n'
-            'from tensorflow.examples.tutorials.mnist import input_data\n'
-            "mnist = input_data.read_data_sets('/tmp/data/', one_hot=True)\n"
-            'batch_size = 128\n'
-            '# %%\n'
-            'disc_real = discriminator(real_image_input)\n'
-            'disc_loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(\n'
-            '    logits=disc_real, labels=tf.ones([batch_size], dtype=tf.int32)))\n'
-            'train_disc = tf.train.AdamOptimizer(0.002).minimize(disc_loss)\n'
-            '# %%\n'
-            'with tf.Session() as sess:\n'
-            '    sess.run(tf.global_variables_initializer())\n'
-            '    for step in range(1, 501):\n'
-            '        batch_x, _ = mnist.train.next_batch(batch_size)\n'
-            '        sess.run(train_disc, feed_dict={real_image_input: batch_x})\n'
-            '    z = np.random.uniform(-1., 1., size=[batch_size, 100])\n',
-            'import numpy as np\n'
-            'import tensorflow as tf\n'
-            'import os\n'
-            'from tensorflow.examples.tutorials.mnist import input_data\n'
-            "mnist = input_data.read_data_sets('/tmp/data/', one_hot=True, seed=1234)\n"
-            'batch_size = 128\n'
-            '# %%\n'
-            'disc_real = discriminator(real_image_input)\n'
-            'disc_loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(\n'
-            "    logits=disc_real, labels=tf.ones([batch_size // int(os.getenv('RANK_SIZE', '1'))], dtype=tf.int32)))\n"
-            'train_disc = tf.train.AdamOptimizer(0.002).minimize(disc_loss)\n'
-            '# %%\n'
-            'with tf.Session() as sess:\n'
-            '    sess.run(tf.global_variables_initializer())\n'
-            '    for step in range(1, 501):\n'
-            "        batch_x, _ = [part[int(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', '1'))] for part in mnist.train.next_batch(batch_size)]\n"
-            '        sess.run(train_disc, feed_dict={real_image_input: batch_x})\n'
-            '    z = np.random.uniform(-1., 1., size=[batch_size, 100])\n',
-        ),
+        _TF1_DCGAN,
         # ... and a function defined beside the graph, sizing with a batch_size parameter of its own (what its
         # callers pass), is left as written: only the notebook's global batch is split.
-        Example(
-            'import numpy as np\n'
-            'import tensorflow as tf\n'
-            'from tensorflow.examples.tutorials.mnist import input_data\n'
-            "mnist = input_data.read_data_sets('/tmp/data/', one_hot=True)\n"
-            'batch_size = 128\n'
-            '# %%\n'
-            'def first_rows(images, batch_size):\n'
-            '    return images[:batch_size]\n'
-            'disc_real = discriminator(real_image_input)\n'
-            'disc_loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(\n'
-            '    logits=disc_real, labels=tf.ones([batch_size], dtype=tf.int32)))\n'
-            'train_disc = tf.train.AdamOptimizer(0.002).minimize(disc_loss)\n'
-            '# %%\n'
-            'with tf.Session() as sess:\n'
-            '    sess.run(tf.global_variables_initializer())\n'
-            '    for step in range(1, 501):\n'
-            '        batch_x, _ = mnist.train.next_batch(batch_size)\n'
-            '        sess.run(train_disc, feed_dict={real_image_input: batch_x})\n',
-            'import numpy as np\n'
-            'import tensorflow as tf\n'
-            'import os\n'
-            'from tensorflow.examples.tutorials.mnist import input_data\n'
-            "mnist = input_data.read_data_sets('/tmp/data/', one_hot=True, seed=1234)\n"
-            'batch_size = 128\n'
-            '# %%\n'
-            'def first_rows(images, batch_size):\n'
-            '    return images[:batch_size]\n'
-            'disc_real = discriminator(real_image_input)\n'
-            'disc_loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(\n'
-            "    logits=disc_real, labels=tf.ones([batch_size // int(os.getenv('RANK_SIZE', '1'))], dtype=tf.int32)))\n"
-            'train_disc = tf.train.AdamOptimizer(0.002).minimize(disc_loss)\n'
-            '# %%\n'
-            'with tf.Session() as sess:\n'
-            '    sess.run(tf.global_variables_initializer())\n'
-            '    for step in range(1, 501):\n'
-            "        batch_x, _ = [part[int(os.getenv('RANK_ID', '0'))::int(os.getenv('RANK_SIZE', '1'))] for part in mnist.train.next_batch(batch_size)]\n"
-            '        sess.run(train_disc, feed_dict={real_image_input: batch_x})\n',
-        ),
+        Example(*(text.replace("# %%\ndisc_real", "# %%\n" + _OWN_BATCH_HELPER + "disc_real", 1)
+                  for text in (_TF1_DCGAN.before, _TF1_DCGAN.after))),
         # Batches a notebook function picks rows for from the arrays it is given (Hands-On ML, ch. 9): each
         # rank picks from its own rows, its part of the batch (unseeded, a global batch split after would
         # repeat rows across ranks).
