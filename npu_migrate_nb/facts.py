@@ -16,7 +16,7 @@ from typing import Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence
 
 from . import ipython_syntax
 from .i18n import N_, _
-from .names import positional_parameters
+from .names import own_nodes, positional_parameters
 from .notebook import MAX_CELL_CHARS, Notebook
 
 _FUNCTION_NODES = (ast.FunctionDef, ast.AsyncFunctionDef)
@@ -645,12 +645,63 @@ class NotebookFacts:
             return False
         bound = [a for _cell, _facts, a in self.assignments(name) if not a.tuple_target]
         values = [a.value for a in bound if a.function == function] or [a.value for a in bound if a.function is None]
-        if not values or not isinstance(values[-1], ast.Call):
+        return bool(values) and self._another_librarys_object(values[-1])
+
+    def _another_librarys_object(self, value: ast.expr) -> bool:
+        if not isinstance(value, ast.Call):
             return False
-        written = dotted_name(values[-1].func)
+        written = dotted_name(value.func)
         if not written or written.partition(".")[0] not in self.aliases:
             return False  # the notebook's own class or function, or a name it did not import
         return self.resolve(written).partition(".")[0] in OTHER_FIT_LIBRARIES
+
+    def models_looped_over(self, facts: "CellFacts", site: CallSite) -> List[ast.expr]:
+        """The models a ``for`` loop around ``site`` gives its receiver, when the loop walks models
+        written out: ``for model in [a, b]``, ``for j, model in enumerate(models)`` with ``models = [...]``,
+        ``for name, model in {...}.items()``. Empty when the receiver is no such loop's target."""
+        receiver = receiver_name(site)
+        if not receiver or "." in receiver or facts.tree is None:
+            return []
+        scope = facts.tree if site.function is None else facts.functions.get(site.function)
+        loops = [node for node in own_nodes(scope) if isinstance(node, (ast.For, ast.AsyncFor))
+                 and node.lineno <= site.node.lineno <= node.end_lineno] if scope is not None else []
+        for loop in sorted(loops, key=lambda node: node.lineno, reverse=True):  # the innermost first
+            values = self._loop_values(loop, receiver, site.function)
+            if values is not None:
+                return values
+        return []
+
+    def _loop_values(self, loop: ast.For, name: str, function: Optional[str]) -> Optional[List[ast.expr]]:
+        """What ``loop`` binds ``name`` to, one expression per round, if written out (None: ``name`` is
+        not its target; [] when the rounds cannot be read)."""
+        target, walked = loop.target, loop.iter
+        if isinstance(walked, ast.Call) and dotted_name(walked.func) == "enumerate" and walked.args:
+            if not (isinstance(target, ast.Tuple) and len(target.elts) == 2):
+                return None
+            target, walked = target.elts[1], walked.args[0]
+        items = isinstance(walked, ast.Call) and isinstance(walked.func, ast.Attribute) and walked.func.attr in ("items", "values")
+        if items and walked.func.attr == "items":
+            if not (isinstance(target, ast.Tuple) and len(target.elts) == 2):
+                return None
+            target = target.elts[1]
+        if not (isinstance(target, ast.Name) and target.id == name):
+            return None
+        walked = walked.func.value if items else walked
+        if isinstance(walked, ast.Name):
+            bound = [a.value for _cell, _facts, a in self.assignments(walked.id) if not a.tuple_target
+                     and a.function in (function, None)]
+            walked = bound[-1] if bound else walked
+        if items and isinstance(walked, ast.Dict):
+            return list(walked.values)
+        if not items and isinstance(walked, (ast.List, ast.Tuple)):
+            return list(walked.elts)
+        return []
+
+    def another_librarys_model(self, model: ast.expr, function: Optional[str]) -> bool:
+        """Is ``model`` (a loop's round) made by another library, in place or under a name?"""
+        if isinstance(model, ast.Name):
+            return self.made_by_another_library(model.id, function)
+        return self._another_librarys_object(model)
 
     def keras_fits(self, *methods: str) -> Iterator[Tuple[int, CellFacts, CallSite]]:
         """``calls(*methods)`` but those on a model another library made (scikit-learn's ``fit``). When
@@ -664,8 +715,14 @@ class NotebookFacts:
                     yield found
             elif searches and self.in_a_tuner_class(found[1], found[2]):
                 continue  # a trial's fit: the search that reaches it gives its data and callbacks
-            elif not self.made_by_another_library(receiver, found[2].function):
+            elif not self.made_by_another_library(receiver, found[2].function) and not self.fits_other_libraries(found):
                 yield found
+
+    def fits_other_libraries(self, found: Tuple[int, "CellFacts", CallSite]) -> bool:
+        """Is this fit in a loop over models one of which another library made (scikit-learn's
+        beside a Keras wrapper)? Its arguments go to every one of them: a Keras-only fix breaks the others."""
+        _cell, facts, site = found
+        return any(self.another_librarys_model(model, site.function) for model in self.models_looped_over(facts, site))
 
     def in_a_tuner_class(self, facts: "CellFacts", site: CallSite) -> bool:
         """Is the call in a method of the notebook's subclass of a keras-tuner class (a HyperModel's

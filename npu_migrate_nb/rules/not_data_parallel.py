@@ -1,14 +1,15 @@
 """Work that is not data-parallel training: a gradient step on an input (DeepDream, style transfer, an
 adversarial example), training data that comes from an environment instead of a dataset (reinforcement
 learning, TF-Agents agents), a training step that reads no data, decision forests (no gradient step) and
-TF-Agents agents given no optimizer (closed-form bandits). The steps that do not apply are marked
+TF-Agents agents given no optimizer (closed-form bandits), and a loop fitting a Keras model and other
+libraries' models in turn (an ensemble: its fit is left as written). The steps that do not apply are marked
 not-applicable, with the reason, and one info finding says what to split across ranks instead."""
 
 from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
-from typing import Iterable, List, Optional
+from typing import Iterable, Iterator, List, Optional
 
 from .. import knowledge as K
 from ..facts import CallSite, CellFacts, dotted_name, mentions, receiver_name
@@ -101,9 +102,29 @@ class NotDataParallel(Rule):
         "    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n"
         "for _ in range(10):\n"
         "    train_step()\n",
+        # A loop over Keras models only: data-parallel training, each fit distributed.
+        "import tensorflow as tf\n"
+        "small = tf.keras.Sequential([tf.keras.layers.Dense(1)])\n"
+        "large = tf.keras.Sequential([tf.keras.layers.Dense(64), tf.keras.layers.Dense(1)])\n"
+        "for model in [small, large]:\n"
+        "    model.compile(loss='mse', optimizer='adam')\n"
+        "    model.fit(x_train, y_train)\n",
     ]
 
     INVALID = [
+        # An ensemble: one loop fits a Keras model and scikit-learn's in turn (its fit is left as written).
+        Example(
+            "import tensorflow as tf\n"
+            "from sklearn.neighbors import KNeighborsClassifier\n"
+            "from sklearn.ensemble import RandomForestClassifier\n"
+            "def build():\n"
+            "    model = tf.keras.Sequential([tf.keras.layers.Dense(2, activation='softmax')])\n"
+            "    model.compile(loss='sparse_categorical_crossentropy', optimizer='adam')\n"
+            "    return model\n"
+            "models = [build(), KNeighborsClassifier(n_neighbors=3), RandomForestClassifier()]\n"
+            "for j, model in enumerate(models):\n"
+            "    model.fit(x_train, y_train)\n",
+        ),
         # Style transfer: the image is the variable; VGG19's weights are loaded, not trained.
         Example(
             "import tensorflow as tf\n"
@@ -253,6 +274,19 @@ class NotDataParallel(Rule):
             context.mark("shard", "not-applicable", _(AGENT_SHARD_REASON))
 
     def check(self, context) -> Iterable[Finding]:
+        return self._check_work(context) + list(self._mixed_model_loops(context))
+
+    def _mixed_model_loops(self, context) -> Iterator[Finding]:
+        """A loop fitting models of several libraries (a Keras wrapper beside scikit-learn's): the
+        missing-step rules leave its fit alone (see ``NotebookFacts.fits_other_libraries``); say so."""
+        for cell, facts, site in context.facts.calls("fit"):
+            models = context.facts.models_looped_over(facts, site)
+            theirs = [context.facts.another_librarys_model(model, site.function) for model in models]
+            if any(theirs) and not all(theirs):
+                written = ", ".join(dict.fromkeys(_model_written(facts, model) for model in models))
+                yield self.finding(cell, facts, site.node, _(MIXED_LOOP_MESSAGE).format(models=written))
+
+    def _check_work(self, context) -> List[Finding]:
         if context.frameworks == ["decision-forests"]:
             cell, facts, site = next(context.facts.keras_fits("fit", "fit_generator"))
             return [self.finding(cell, facts, site.node, _(DECISION_FOREST_REASON))]
@@ -281,6 +315,20 @@ class NotDataParallel(Rule):
             message = _("{reason}: variable broadcast, gradient aggregation and dataset sharding do not apply").format(
                 reason=_no_optimizer_reason(agents))
         return [self.finding(first.cell, first.facts, first.site.node, message)]
+
+
+# {models}: the models the loop fits, as written (e.g. "KerasClassifier, KNeighborsClassifier").
+MIXED_LOOP_MESSAGE = N_(
+    "this fit trains, in turn, models of several libraries ({models}): only the Keras ones take gradient "
+    "steps, and the data, batch and callbacks a fix would give them break the others, so it is left as "
+    "written; distribute the Keras models in a loop of their own, and train the others on all the data"
+)
+
+
+def _model_written(facts: CellFacts, model: ast.expr) -> str:
+    """``KNeighborsClassifier`` for ``KNeighborsClassifier(n_neighbors=3)``, a name as it is."""
+    called = model.func if isinstance(model, ast.Call) else model
+    return (dotted_name(called) or facts.segment(model)).rsplit(".", 1)[-1]
 
 
 DECISION_FOREST_REASON = N_(

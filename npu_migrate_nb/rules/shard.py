@@ -237,6 +237,23 @@ class MissingShard(Rule):
             "def blend(features, labels):\n    stacker = LogisticRegression(solver='lbfgs')\n"
             "    stacker.fit(features, labels)\n    return stacker\n",
         ),
+        # scikit-learn models fit in a loop after the network, under the network's name: only the
+        # network's fit is sharded (the loop's fit was taken for the network's and given its shard).
+        Example(
+            "import tensorflow as tf\nfrom sklearn.neighbors import KNeighborsClassifier\n"
+            "from sklearn.ensemble import RandomForestClassifier\n"
+            "model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(4,))])\n"
+            "model.compile(optimizer='adam', loss='mse')\nmodel.fit(x, y, batch_size=32)\n"
+            "for model in [KNeighborsClassifier(n_neighbors=3), RandomForestClassifier()]:\n    model.fit(x, y)\n",
+            "import tensorflow as tf\nimport os\nfrom sklearn.neighbors import KNeighborsClassifier\n"
+            "from sklearn.ensemble import RandomForestClassifier\n"
+            "model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(4,))])\n"
+            "model.compile(optimizer='adam', loss='mse')\n"
+            "rank_size, rank_id = int(os.getenv('RANK_SIZE', '1')), int(os.getenv('RANK_ID', '0'))\n"
+            "model.fit(x[rank_id::rank_size][:len(y) // rank_size], y[rank_id::rank_size][:len(y) // rank_size], "
+            "batch_size=32 // rank_size)\n"
+            "for model in [KNeighborsClassifier(n_neighbors=3), RandomForestClassifier()]:\n    model.fit(x, y)\n",
+        ),
         # Two fits in the branches of an if: each branch gets its rank line (one written in the first
         # branch only left the other reading rank_id unbound, a NameError the fix wrote).
         Example(
