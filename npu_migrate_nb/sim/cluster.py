@@ -108,6 +108,7 @@ class Cluster:
         self.launcher_pids: Dict[int, int] = {}  # rank -> the process mpiexec started (hydra names it)
         self._owns_processes = False
         self._death_watch: Optional[_DeathWatch] = None
+        self._oom_kills_at_start: Optional[int] = None  # the kernel's count when the ranks started
         self._shared_memory: List[str] = []
         self._watchdog = None  # stops the cluster if this process dies without stopping it
 
@@ -165,6 +166,7 @@ class Cluster:
             self._kill_processes()
         self._ipp_cluster = None
         self.rank_pids = {}
+        self._oom_kills_at_start = None
         self.launcher_pids = {}
         self._launched_pids = []
         if self._fork_server is not None:
@@ -390,6 +392,7 @@ class Cluster:
         if self._owns_processes:
             self._note_pids(self.rank_pids.values())
         self._death_watch = _DeathWatch(self.rank_pids)
+        self._oom_kills_at_start = system_oom_kills()
         # Noted now: after a rank dies, hydra kills the rest and their mappings can no longer be read.
         self._shared_memory = _shared_memory_files(psutil.Process(pid) for pid in self.rank_pids.values())
 
@@ -406,6 +409,12 @@ class Cluster:
             if ended is not None:
                 dead[rank] = ended
         return dead
+
+    def ran_out_of_memory(self) -> bool:
+        """Has the kernel killed a process for want of memory since the ranks started? Each rank holds
+        its own copy of what the notebook loads, so N ranks need N times one card's memory here."""
+        start, now = self._oom_kills_at_start, system_oom_kills()
+        return start is not None and now is not None and now > start
 
     def first_death_is_certain(self) -> bool:
         """Did the death watch see one rank exit before any other (not several at once)?"""
@@ -659,6 +668,23 @@ def _prepare_remote_rank(size, settings):
 
 def _is_alive(pid: int) -> bool:
     return _how_it_ended(pid) is None
+
+
+def system_oom_kills(path: str = "/proc/vmstat") -> Optional[int]:
+    """How many processes Linux's out-of-memory killer has killed since boot (None where not told)."""
+    try:
+        with open(path, encoding="ascii") as stream:
+            for line in stream:
+                if line.startswith("oom_kill "):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def killed_by_sigkill(how: str) -> bool:
+    """Does ``how`` (the fork server's, psutil's or hydra's words) say SIGKILL, the OOM killer's signal?"""
+    return bool(re.search(r"\bsignal:? 9\b|SIGKILL", how, re.IGNORECASE))
 
 
 def _how_it_ended(pid: int) -> Optional[str]:

@@ -35,7 +35,7 @@ from ..ipython_syntax import mask
 from ..notebook import InputError, Notebook, load
 from . import DEFAULT_PROOF_STEPS
 from . import checks as checks_module
-from .cluster import Cluster, ClusterError
+from .cluster import Cluster, ClusterError, killed_by_sigkill
 from .engine import progress_path
 from .one_card import OneCard, bound_for, rerun_on_one_card
 
@@ -525,6 +525,10 @@ class _Watch:
         else:
             culprit = next(iter(dead))  # dead_ranks() lists them in the order they went
         others = [r for r in self.cluster.ranks if r != culprit]
+        if killed_by_sigkill(dead[culprit]) and self.cluster.ran_out_of_memory():
+            dead = {**dead, culprit: _("{how}: the system ran out of memory; each of the {ranks} ranks holds its "
+                                       "own copy of the notebook's data, try fewer ranks").format(
+                how=dead[culprit], ranks=len(self.cluster.ranks))}
         return _("rank {rank} died during cell {cell} ({how}); its last output: "
                  "{output}. Stopped the other ranks ({others}).").format(
             rank=culprit, cell=self.index, how=dead[culprit], output=self.last_output(culprit),

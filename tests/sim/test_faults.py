@@ -63,7 +63,30 @@ def test_a_rank_that_dies_is_named_with_its_last_output(how):
     message = outcomes[0].message
     assert message.startswith("rank 1 died during cell 0")
     assert "its last output: rank 1 ready" in message and "Stopped the other ranks (0)" in message
+    assert "out of memory" not in message  # killed by a person, not by the kernel's OOM killer
     assert leftover == set()
+
+
+@pytest.mark.parametrize("how,sigkill", [
+    ("killed (signal 9)", True),  # the fork server's words
+    ("killed by SIGKILL", True),  # psutil's, through _how_it_ended
+    ("KILLED BY SIGNAL: 9 (Killed)", True),  # hydra's
+    ("killed (signal 15)", False), ("exit code 9", False), ("killed by SIGTERM", False),
+])
+def test_sigkill_is_told_from_other_deaths_in_every_wording(how, sigkill):
+    from npu_migrate_nb.sim.cluster import killed_by_sigkill
+
+    assert killed_by_sigkill(how) is sigkill
+
+
+def test_the_out_of_memory_kills_are_read_from_the_kernels_counter(tmp_path):
+    from npu_migrate_nb.sim.cluster import system_oom_kills
+
+    assert isinstance(system_oom_kills(), int)  # this machine's /proc/vmstat
+    vmstat = tmp_path / "vmstat"
+    vmstat.write_text("pgfault 10\noom_kill 7\nthp_fault_alloc 0\n")
+    assert system_oom_kills(str(vmstat)) == 7
+    assert system_oom_kills(str(tmp_path / "absent")) is None
 
 
 DIES_IN_A_SHARED_SUM = {
