@@ -8,6 +8,7 @@ from .broadcast_before_build import BroadcastBeforeBuild
 from .device_id_shard import DeviceIdShard
 from .double_allreduce import DoubleAllreduce
 from .double_step_division import DoubleStepDivision
+from .dtensor import DTensorProgram
 from .every_rank_writes import EveryRankWrites
 from .hooks_tuple import HooksTuple
 from .not_data_parallel import NotDataParallel
@@ -30,6 +31,7 @@ from .unseeded_shuffle import UnseededShuffle
 RULE_CLASSES = (
     NotDataParallel,
     TfDistributeLeftover,
+    DTensorProgram,
     MissingBroadcast,
     MissingAllreduce,
     LossScaleNotDistributed,
