@@ -166,3 +166,29 @@ def test_a_cell_slower_than_the_limit_with_no_rank_stuck_is_run_again_with_the_a
     timeouts, record = measured(False)
     assert timeouts == [("notebook.ipynb", 300.0), ("notebook.fixed.ipynb", 300.0)]
     assert not record.slow and not record.fixed.passed
+
+
+def test_a_later_cell_failing_alike_in_proof_mode_on_one_card_needs_no_rerun_as_written(monkeypatch):
+    """The fixed run's error at that cell, met by the notebook as written on one card in the same proof
+    mode: the fix is not its cause, and no rerun trained as written (hours for a book's chapter) is made."""
+    import bench_corpus_run
+
+    def one_card_run(path, cell, home, seconds, proof_steps):
+        runs.append(proof_steps)
+        error = errors[proof_steps]
+        status = "fails" if error else "runs"
+        return OneCard(cell, status, f"fails on one card too (cell {cell}: {error})" if error else "runs").to_json()
+
+    monkeypatch.setattr(bench_corpus_run, "_one_card_run", one_card_run)
+    decay = "Traceback (most recent call last):\nValueError: decay is deprecated in the new Keras optimizer"
+    runs, errors = [], {1: "ValueError: decay is deprecated in the new Keras optimizer", None: ""}
+    found = bench_corpus_run.one_card_as_written("nb.ipynb", 73, "home", 150.0, fixed_error=decay, proof_steps=1)
+    assert runs == [1] and found["status"] == "fails"
+
+    runs, errors = [], {1: "AssertionError: accuracy 0.1 < 0.9", None: ""}  # another error: trained as written
+    found = bench_corpus_run.one_card_as_written("nb.ipynb", 73, "home", 150.0, fixed_error=decay, proof_steps=1)
+    assert runs == [1, None] and found["status"] == "runs"
+
+    runs = []  # the fixed run trained as written: one rerun, as written
+    bench_corpus_run.one_card_as_written("nb.ipynb", 73, "home", 150.0, fixed_error=decay, proof_steps=None)
+    assert runs == [None]
