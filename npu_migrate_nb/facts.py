@@ -589,6 +589,7 @@ class NotebookFacts:
                 else:
                     self.aliases[fact.local] = fact.module
         self._resolved: Dict[str, str] = {}
+        self._models_looped_over: Dict[int, List[ast.expr]] = {}  # id of a call -> what its loop gives it
         self._cells_with: Dict[str, List[Tuple[int, CellFacts]]] = {}
         for entry in self.cells:
             for name in entry[1].names:
@@ -659,6 +660,12 @@ class NotebookFacts:
         """The models a ``for`` loop around ``site`` gives its receiver, when the loop walks models
         written out: ``for model in [a, b]``, ``for j, model in enumerate(models)`` with ``models = [...]``,
         ``for name, model in {...}.items()``. Empty when the receiver is no such loop's target."""
+        found = self._models_looped_over.get(id(site.node))
+        if found is None:
+            found = self._models_looped_over[id(site.node)] = self._find_models_looped_over(facts, site)
+        return found
+
+    def _find_models_looped_over(self, facts: "CellFacts", site: CallSite) -> List[ast.expr]:
         receiver = receiver_name(site)
         if not receiver or "." in receiver or facts.tree is None:
             return []
