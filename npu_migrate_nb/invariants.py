@@ -1,7 +1,9 @@
 """What every fix keeps, checked on a notebook before and after ``fix`` (issue 34).
 
 * **No new undefined name**: pyflakes' undefined names of the cells in order (IPython lines masked,
-  the names a kernel gives every notebook counted as built-ins), after the fix against before it.
+  the names a kernel gives every notebook counted as built-ins), after the fix against before it. A name
+  the notebook's own functions read, called at the top level before anything binds it, is the notebook's
+  already (pyflakes reads a function's body as if run at the end).
 * **No batch of zero**: every per-rank batch the fix computes from a global batch the notebook
   gives as a number (``B // RANK_SIZE``) is at least 1 at the rank size the analysis was asked about.
 * **Only variables broadcast**: no broadcast the fix wrote is given a name bound only to tensors
@@ -71,9 +73,10 @@ def _parse(code: str) -> Optional[ast.Module]:
             return None
 
 
-def undefined_names(sources: Sequence[str]) -> Dict[str, int]:
+def undefined_names(sources: Sequence[str], through_calls: bool = False) -> Dict[str, int]:
     """Each name pyflakes finds undefined in the cells run in order, with the first cell that uses it
-    (the names a kernel gives every notebook count as built-ins)."""
+    (the names a kernel gives every notebook count as built-ins). ``through_calls``: also the names the
+    notebook's functions read where a top-level statement calls them."""
     from pyflakes import checker, messages
 
     cells = python_of(sources)
@@ -86,6 +89,8 @@ def undefined_names(sources: Sequence[str]) -> Dict[str, int]:
     tree = _parse("".join(text))
     if tree is None:
         return {}
+    if through_calls:
+        _read_what_calls_read(tree.body, _free_names_of_functions(tree))
     found = checker.Checker(tree, filename="<notebook>", builtins=set(ALWAYS_BOUND))
     undefined: Dict[str, int] = {}
     for message in found.messages:
@@ -103,8 +108,65 @@ def _cell_at(lines_before: List[Tuple[int, int]], lineno: int) -> int:
     return cell
 
 
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+_BODIES = ("body", "orelse", "finalbody")
+
+
+def _free_names_of_functions(tree: ast.Module) -> Dict[str, Tuple[set, set]]:
+    """Module-level function -> (the names its body reads and does not bind itself, the functions it calls)."""
+    functions = {}
+    for node in tree.body:
+        if isinstance(node, _FUNCTIONS):
+            inner = [n for statement in node.body for n in ast.walk(statement)]
+            arguments = node.args.posonlyargs + node.args.args + node.args.kwonlyargs + [node.args.vararg, node.args.kwarg]
+            bound = {a.arg for a in arguments if a is not None}
+            bound |= {n.id for n in inner if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+            bound |= {n.name for n in inner if isinstance(n, (*_FUNCTIONS, ast.ClassDef))}
+            bound |= {(a.asname or a.name).split(".")[0] for n in inner if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
+            read = {n.id for n in inner if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+            calls = {n.func.id for n in inner if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+            functions[node.name] = (read - bound, calls)
+    return functions
+
+
+def _read_what_calls_read(statements: List[ast.stmt], functions: Dict[str, Tuple[set, set]]) -> None:
+    """Before each top-level statement (loops, ifs and withs looked into) that calls a notebook function,
+    an expression reading the names that function reads, and the functions it calls read."""
+    index = 0
+    while index < len(statements):
+        statement = statements[index]
+        if isinstance(statement, (*_FUNCTIONS, ast.ClassDef)):
+            index += 1
+            continue
+        nested = [getattr(statement, name) for name in _BODIES if isinstance(getattr(statement, name, None), list)]
+        nested += [handler.body for handler in getattr(statement, "handlers", ())]
+        header = [n for n in ast.iter_child_nodes(statement) if not isinstance(n, (ast.stmt, ast.excepthandler))] if nested else [statement]
+        names = _read_through(header, functions)
+        for body in nested:
+            _read_what_calls_read(body, functions)
+        if names:
+            reads = ast.Expr(ast.Tuple([ast.Name(name, ast.Load()) for name in sorted(names)], ast.Load()))
+            statements.insert(index, ast.copy_location(reads, statement))
+            ast.fix_missing_locations(reads)
+            index += 1
+        index += 1
+
+
+def _read_through(nodes: List[ast.AST], functions: Dict[str, Tuple[set, set]]) -> set:
+    pending = [n.func.id for node in nodes for n in ast.walk(node)
+               if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in functions]
+    seen, read = set(), set()
+    while pending:
+        called = pending.pop()
+        if called not in seen:
+            seen.add(called)
+            read |= functions[called][0]
+            pending += [other for other in functions[called][1] if other in functions]
+    return read
+
+
 def new_undefined_names(before: Sequence[str], after: Sequence[str]) -> List[Violation]:
-    known = undefined_names(before)
+    known = undefined_names(before, through_calls=True)
     return [Violation("undefined-name", name, cell) for name, cell in undefined_names(after).items() if name not in known]
 
 

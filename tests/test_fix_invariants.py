@@ -44,6 +44,26 @@ def test_a_fix_that_writes_a_name_nobody_imports_is_caught():
     assert [(v.invariant, v.detail) for v in violations] == [("undefined-name", "tf")]
 
 
+def test_a_name_a_called_function_reads_before_anything_binds_it_is_the_notebooks_own():
+    # The cell fails on `model` in train_step() as written; a fix that reads it before the call is no worse.
+    defined_then_called = "def train_step():\n    return model(1)\nfor _ in range(2):\n    train_step()\n"
+    assert undefined_names([defined_then_called, "model = 1\n"]) == {}
+    assert undefined_names([defined_then_called, "model = 1\n"], through_calls=True) == {"model": 0}
+    assert new_undefined_names([defined_then_called, "model = 1\n"],
+                               ["print(model.weights)\n" + defined_then_called, "model = 1\n"]) == []
+
+
+def test_a_name_read_only_by_a_function_called_after_it_is_bound_is_still_caught():
+    called_after = "def train_step():\n    return model(1)\n"
+    assert undefined_names([called_after, "model = 1\ntrain_step()\n"], through_calls=True) == {}
+    violations = new_undefined_names([called_after, "model = 1\ntrain_step()\n"],
+                                     ["print(model.weights)\n" + called_after, "model = 1\ntrain_step()\n"])
+    assert [(v.invariant, v.detail, v.cell) for v in violations] == [("undefined-name", "model", 0)]
+    # A function's own parameters, locals and imports are not read from outside.
+    local = "def step(x):\n    import numpy as np\n    y = np.ones(1)\n    return x + y\nstep(1)\n"
+    assert undefined_names([local], through_calls=True) == {}
+
+
 def test_a_batch_of_one_divided_by_the_rank_size_is_caught():
     from npu_migrate_nb.invariants import zero_batches
 

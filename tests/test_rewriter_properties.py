@@ -393,8 +393,28 @@ ESTIMATOR_AND_KERAS_NEVER_IMPORTED = Notebook("<example>", [
 ])
 
 
+# A cell defines a training step reading a model made in a later cell and calls it (the cells out of
+# order): the broadcast written before the loop reads the model where the cell's own call already does,
+# and pyflakes, which reads a function's body as if run at the end, saw only the broadcast's read
+# (found by hypothesis in CI).
+A_CALLED_STEP_READS_A_MODEL_MADE_LATER = Notebook("<example>", [
+    Cell(0, "code", "import tensorflow as tf\n(x_train, y_train), _ = load_data()\ndef train_step():\n"
+                    "    with tf.GradientTape() as tape:\n        loss = loss_fn(y_train, model(x_train))\n"
+                    "    grads = tape.gradient(loss, model.trainable_variables)\n"
+                    "    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n"
+                    "for _ in range(10):\n    train_step()\n"),
+    Cell(1, "code", "import tensorflow as tf\nmodel = tf.keras.Sequential([tf.keras.layers.Dense(2)])\n"
+                    "for images, labels in dataset:\n    with tf.GradientTape() as tape:\n"
+                    "        loss = loss_fn(labels, model(images, training=True))\n"
+                    "    grads = tape.gradient(loss, model.trainable_variables)\n"
+                    "    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n"),
+])
+
+
 @SETTINGS
 @given(notebooks())
+@example(A_CALLED_STEP_READS_A_MODEL_MADE_LATER)
+@example(A_CALLED_FUNCTION_READS_A_LATER_MODEL)
 @example(STAR_IMPORT_AFTER_ITS_FIRST_USE)
 @example(COMPILED_BEFORE_TENSORFLOW_IS_IMPORTED)
 @example(ESTIMATOR_AND_KERAS_NEVER_IMPORTED)
