@@ -694,15 +694,30 @@ class NotebookFacts:
         if not (isinstance(target, ast.Name) and target.id == name):
             return None
         walked = walked.func.value if items else walked
+        added: List[ast.expr] = []
         if isinstance(walked, ast.Name):
             bound = [a.value for _cell, _facts, a in self.assignments(walked.id) if not a.tuple_target
                      and a.function in (function, None)]
+            added = self._appended_to(walked.id, function) if bound and isinstance(bound[-1], ast.List) else []
             walked = bound[-1] if bound else walked
         if items and isinstance(walked, ast.Dict):
             return list(walked.values)
         if not items and isinstance(walked, (ast.List, ast.Tuple)):
-            return list(walked.elts)
+            return list(walked.elts) + added
         return []
+
+    def _appended_to(self, name: str, function: Optional[str]) -> List[ast.expr]:
+        """What ``name.append(x)`` and ``name.extend([x, ...])`` add to a list, in the same scope."""
+        added: List[ast.expr] = []
+        for _cell, _facts, site in self.calls("append", "extend"):
+            if receiver_name(site) != name or site.function not in (function, None) or not site.node.args:
+                continue
+            given = site.node.args[0]
+            if site.method == "append":
+                added.append(given)
+            elif isinstance(given, (ast.List, ast.Tuple)):
+                added += given.elts
+        return added
 
     def another_librarys_model(self, model: ast.expr, function: Optional[str]) -> bool:
         """Is ``model`` (a loop's round) made by another library, in place or under a name?"""

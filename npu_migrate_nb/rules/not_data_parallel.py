@@ -125,6 +125,19 @@ class NotDataParallel(Rule):
             "for j, model in enumerate(models):\n"
             "    model.fit(x_train, y_train)\n",
         ),
+        # The same ensemble filled in by append and extend.
+        Example(
+            "import tensorflow as tf\n"
+            "from sklearn.linear_model import LogisticRegression\n"
+            "from sklearn.svm import SVC\n"
+            "network = tf.keras.Sequential([tf.keras.layers.Dense(2, activation='softmax')])\n"
+            "network.compile(loss='sparse_categorical_crossentropy', optimizer='adam')\n"
+            "models = []\n"
+            "models.append(network)\n"
+            "models.extend([LogisticRegression(), SVC()])\n"
+            "for model in models:\n"
+            "    model.fit(x_train, y_train)\n",
+        ),
         # Style transfer: the image is the variable; VGG19's weights are loaded, not trained.
         Example(
             "import tensorflow as tf\n"
