@@ -132,6 +132,9 @@ def test_a_view_waits_for_the_client_to_record_an_engine_it_already_lists():
 def test_an_interrupt_while_every_rank_works_reaches_the_caller(cluster):
     """ipyparallel's blocking apply catches KeyboardInterrupt and returns; a stop (a job's SIGTERM,
     the stop button) that came while the controller waited on the ranks was lost and the run went on."""
+    # As in a kernel, SIGINT raises KeyboardInterrupt: pytest run as a shell's background job
+    # (`pytest ... &`) starts with SIGINT ignored, and Python then installs no handler for it.
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
     interrupt = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
     interrupt.start()
     try:
@@ -139,4 +142,5 @@ def test_an_interrupt_while_every_rank_works_reaches_the_caller(cluster):
             cluster.apply(time.sleep, 3)
     finally:
         interrupt.join()
+        signal.signal(signal.SIGINT, before)
     assert cluster.apply(int, "7") == [7, 7]  # the ranks finish their sleep and answer again
