@@ -130,26 +130,22 @@ def _free_names_of_functions(tree: ast.Module) -> Dict[str, Tuple[set, set]]:
 
 
 def _read_what_calls_read(statements: List[ast.stmt], functions: Dict[str, Tuple[set, set]]) -> None:
-    """Before each top-level statement (loops, ifs and withs looked into) that calls a notebook function,
-    an expression reading the names that function reads, and the functions it calls read."""
-    index = 0
-    while index < len(statements):
-        statement = statements[index]
-        if isinstance(statement, (*_FUNCTIONS, ast.ClassDef)):
-            index += 1
-            continue
-        nested = [getattr(statement, name) for name in _BODIES if isinstance(getattr(statement, name, None), list)]
-        nested += [handler.body for handler in getattr(statement, "handlers", ())]
-        header = [n for n in ast.iter_child_nodes(statement) if not isinstance(n, (ast.stmt, ast.excepthandler))] if nested else [statement]
-        names = _read_through(header, functions)
-        for body in nested:
-            _read_what_calls_read(body, functions)
-        if names:
-            reads = ast.Expr(ast.Tuple([ast.Name(name, ast.Load()) for name in sorted(names)], ast.Load()))
-            statements.insert(index, ast.copy_location(reads, statement))
-            ast.fix_missing_locations(reads)
-            index += 1
-        index += 1
+    """Before each statement outside the functions (loops, ifs, withs and trys looked into) that calls a
+    notebook function, an expression reading the names that function reads, and the functions it calls."""
+    placed: List[ast.stmt] = []
+    for statement in statements:
+        if not isinstance(statement, (*_FUNCTIONS, ast.ClassDef)):
+            nested = [getattr(statement, name) for name in _BODIES if isinstance(getattr(statement, name, None), list)]
+            nested += [handler.body for handler in getattr(statement, "handlers", ())]
+            for body in nested:
+                _read_what_calls_read(body, functions)
+            header = [n for n in ast.iter_child_nodes(statement) if not isinstance(n, (ast.stmt, ast.excepthandler))]
+            names = _read_through(header if nested else [statement], functions)
+            if names:
+                reads = ast.Expr(ast.Tuple([ast.Name(name, ast.Load()) for name in sorted(names)], ast.Load()))
+                placed.append(ast.fix_missing_locations(ast.copy_location(reads, statement)))
+        placed.append(statement)
+    statements[:] = placed
 
 
 def _read_through(nodes: List[ast.AST], functions: Dict[str, Tuple[set, set]]) -> set:
