@@ -87,11 +87,13 @@ def verdict(stdout: str) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", help="the notebooks whose name contains this")
+    parser.add_argument("--skip", help="leave out the notebooks whose name contains this")
     parser.add_argument("--ranks", type=int, nargs="+", default=[2, 8])
     parser.add_argument("--timeout", type=float, default=900.0, help="per command (default 900 s)")
     parser.add_argument("--full-too", metavar="NAME", help="also run this notebook trained as written (--full)")
     args = parser.parse_args()
-    paths = [p for p in sorted(REALISTIC.glob("*.ipynb")) if not args.only or args.only in p.name]
+    paths = [p for p in sorted(REALISTIC.glob("*.ipynb"))
+             if (not args.only or args.only in p.name) and not (args.skip and args.skip in p.name)]
     rows, met = [], True
     with tempfile.TemporaryDirectory() as folder:
         for path in paths:
