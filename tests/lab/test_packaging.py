@@ -44,8 +44,20 @@ def test_the_panel_logic_passes_its_jest_suite():
     assert "Tests:" in text and " failed" not in text, text
 
 
+def source_copy(target: Path) -> Path:
+    """The project's files at ``target``, its front end's node_modules linked, not copied: pip builds a
+    wheel in the tree it is given, and the build rewrites ``npu_migrate_nb/labextension``, which the
+    lab of a browser test running beside this one serves."""
+    shutil.copytree(ROOT, target, ignore=shutil.ignore_patterns(
+        ".git", ".venv*", "build", "site", "node_modules", "labextension", "lib", "__pycache__", "artifacts"))
+    shutil.copytree(LABEXTENSION, target / "labextension", ignore=shutil.ignore_patterns("node_modules", "lib"))
+    (target / "labextension" / "node_modules").symlink_to(LABEXTENSION / "node_modules", target_is_directory=True)
+    return target
+
+
 def test_the_wheel_carries_the_built_extension_and_the_server_config(tmp_path):
-    code, text = run(sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(tmp_path), str(ROOT), timeout=900)
+    source = source_copy(tmp_path / "source")
+    code, text = run(sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(tmp_path), str(source), timeout=900)
     assert code == 0, text[-3000:]
     [wheel] = list(tmp_path.glob("npu_migrate_nb-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()

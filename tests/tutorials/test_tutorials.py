@@ -107,7 +107,10 @@ def test_a_tutorial_runs_top_to_bottom_and_shows_what_its_text_says(path, monkey
     if executed:
         target = Path(executed) / path.relative_to(NOTEBOOKS)  # zh/ for the Chinese ones
         target.parent.mkdir(parents=True, exist_ok=True)
-        nbformat.write(notebook, str(target))
+        # Whole or not at all: the docs test, in another test process, may be reading the folder.
+        partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
+        nbformat.write(notebook, str(partial))
+        os.replace(partial, target)
     checked = 0
     for index, cell in enumerate(notebook.cells):
         expected = (cell.get("metadata", {}).get("npu_migrate_nb") or {}).get("expect") or []
