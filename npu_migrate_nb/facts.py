@@ -10,9 +10,10 @@ from __future__ import annotations
 import ast
 import re
 import warnings
+import weakref
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from . import ipython_syntax
 from .i18n import N_, _
@@ -111,6 +112,15 @@ class CellFacts:
     _classes: Dict[str, ast.ClassDef] = field(default_factory=dict, repr=False)
     _nodes: Optional[Dict[type, List[ast.AST]]] = field(default=None, repr=False)
     _loads: Optional[Dict[str, List[Tuple[ast.Name, Tuple[ast.AST, ...]]]]] = field(default=None, repr=False)
+    _derived: Dict[Callable, object] = field(default_factory=dict, repr=False)
+
+    def derived(self, of_the_cell: Callable[["CellFacts"], object]) -> object:
+        """``of_the_cell(self)``, computed once per cell content: for what a rule reads from this cell
+        alone, so that re-analysis after an edit walks the edited cell only. ``of_the_cell`` must read
+        nothing but this cell (not the notebook's other cells, nor the options)."""
+        if of_the_cell not in self._derived:
+            self._derived[of_the_cell] = of_the_cell(self)
+        return self._derived[of_the_cell]
 
     def nodes(self, *types: type) -> List[ast.AST]:
         """Every node of these types in the cell (one walk per cell: a rule that asks per call site would
@@ -241,6 +251,18 @@ def _index_loads(node: ast.AST, parents: Tuple[ast.AST, ...], index: Dict[str, l
             continue
         below = above + (current,)
         stack.extend((child, below) for child in reversed(_children(current)))
+
+
+_own_loops_cache: "weakref.WeakKeyDictionary[ast.AST, List[ast.AST]]" = weakref.WeakKeyDictionary()
+
+
+def _own_loops(scope: ast.AST) -> List[ast.AST]:
+    """The ``for`` loops of a cell's tree or of a function, not of the functions in it; once per scope
+    (the trees are kept with their cell's facts, and a re-analysis asks again for every ``fit``)."""
+    found = _own_loops_cache.get(scope)
+    if found is None:
+        found = _own_loops_cache[scope] = [node for node in own_nodes(scope) if isinstance(node, (ast.For, ast.AsyncFor))]
+    return found
 
 
 @lru_cache(maxsize=8192)
@@ -591,6 +613,7 @@ class NotebookFacts:
         self._resolved: Dict[str, str] = {}
         self._models_looped_over: Dict[int, List[ast.expr]] = {}  # id of a call -> what its loop gives it
         self._cells_with: Dict[str, List[Tuple[int, CellFacts]]] = {}
+        self._function_of: Dict[str, Optional[Tuple[int, CellFacts, ast.AST]]] = {}  # name -> its last definition
         for entry in self.cells:
             for name in entry[1].names:
                 self._cells_with.setdefault(name, []).append(entry)
@@ -670,8 +693,8 @@ class NotebookFacts:
         if not receiver or "." in receiver or facts.tree is None:
             return []
         scope = facts.tree if site.function is None else facts.functions.get(site.function)
-        loops = [node for node in own_nodes(scope) if isinstance(node, (ast.For, ast.AsyncFor))
-                 and node.lineno <= site.node.lineno <= node.end_lineno] if scope is not None else []
+        loops = [node for node in _own_loops(scope)
+                 if node.lineno <= site.node.lineno <= node.end_lineno] if scope is not None else []
         for loop in sorted(loops, key=lambda node: node.lineno, reverse=True):  # the innermost first
             values = self._loop_values(loop, receiver, site.function)
             if values is not None:
@@ -912,10 +935,13 @@ class NotebookFacts:
         return found
 
     def function(self, name: str) -> Optional[Tuple[int, CellFacts, ast.AST]]:
+        if name in self._function_of:
+            return self._function_of[name]
         found = None
         for index, facts in self.cells_mentioning(name):
             if name in facts.functions:
                 found = (index, facts, facts.functions[name])
+        self._function_of[name] = found
         return found
 
     def given_to_parameter(self, function: ast.AST, name: str, parameter: str

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 import weakref
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Set
+from typing import Dict, List, Optional, Set, Tuple
 
 from .facts import CellFacts, NotebookFacts, dotted_name
 
@@ -73,12 +73,7 @@ def starts_from_constants(facts: NotebookFacts, updates: List[RuleUpdate]) -> Op
 def _find(facts: NotebookFacts) -> List[RuleUpdate]:
     found = []
     for index, cell_facts in facts.notebook_cells:
-        for loop in cell_facts.nodes(ast.For):
-            if _trains_otherwise(loop):
-                continue
-            windows = _windows(loop)
-            if not windows:
-                continue
+        for loop, windows in cell_facts.derived(_windowed_loops):
             sources = _sources_in(loop)
             for stmt in ast.walk(loop):
                 update = _update(stmt)
@@ -97,6 +92,18 @@ def _find(facts: NotebookFacts) -> List[RuleUpdate]:
     return found
 
 
+def _windowed_loops(cell: CellFacts) -> List[Tuple[ast.For, Dict[str, ast.Subscript]]]:
+    """(loop, its windows) of each loop in a cell that takes windows of rows and calls no trainer."""
+    if not any(_window(node) is not None for node in cell.nodes(ast.Assign)):
+        return []  # no window anywhere in the cell: no loop's subtree walked
+    found = []
+    for loop in cell.nodes(ast.For):
+        windows = {} if _trains_otherwise(loop) else _windows(loop)
+        if windows:
+            found.append((loop, windows))
+    return found
+
+
 def _trains_otherwise(loop: ast.For) -> bool:
     return any(isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _OTHER_TRAINING
                for node in ast.walk(loop))
@@ -106,15 +113,23 @@ def _windows(loop: ast.For) -> Dict[str, ast.Subscript]:
     """``batch = X[start:end]`` in the loop: rows of an array between two computed bounds."""
     found = {}
     for node in ast.walk(loop):
-        if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)):
-            continue
-        value = _without_rank_rows(node.value)
-        if isinstance(value, ast.Subscript) and isinstance(value.value, (ast.Name, ast.Attribute)):
-            rows = value.slice.elts[0] if isinstance(value.slice, ast.Tuple) and value.slice.elts else value.slice
-            if isinstance(rows, ast.Slice) and rows.step is None and all(
-                    bound is not None and not isinstance(bound, ast.Constant) for bound in (rows.lower, rows.upper)):
-                found[node.targets[0].id] = value
+        window = _window(node)
+        if window is not None:
+            found[node.targets[0].id] = window
     return found
+
+
+def _window(node: ast.AST) -> Optional[ast.Subscript]:
+    """``X[start:end]`` when ``node`` is ``name = X[start:end]`` (bounds computed, no step), else None."""
+    if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)):
+        return None
+    value = _without_rank_rows(node.value)
+    if isinstance(value, ast.Subscript) and isinstance(value.value, (ast.Name, ast.Attribute)):
+        rows = value.slice.elts[0] if isinstance(value.slice, ast.Tuple) and value.slice.elts else value.slice
+        if isinstance(rows, ast.Slice) and rows.step is None and all(
+                bound is not None and not isinstance(bound, ast.Constant) for bound in (rows.lower, rows.upper)):
+            return value
+    return None
 
 
 def _without_rank_rows(value: ast.expr) -> ast.expr:

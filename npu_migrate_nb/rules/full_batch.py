@@ -104,7 +104,7 @@ def _read_by_the_steps(context) -> Iterator[tuple]:
     for cell, facts in context.facts.cells:
         if facts.tree is None:
             continue
-        for node, inside in _walk(facts.tree, False):
+        for node, inside in facts.derived(_step_sites):
             at = None if inside else (cell, getattr(node, "lineno", 0))
             if isinstance(node, ast.With) and any(
                     _canonical(context, item.context_expr) == "tensorflow.GradientTape" for item in node.items):
@@ -116,11 +116,24 @@ def _read_by_the_steps(context) -> Iterator[tuple]:
                     yield from ((name, at) for name in _names_read(context, [loss]))
 
 
-def _walk(node: ast.AST, inside: bool) -> Iterator[tuple]:
-    """Each node under ``node``, with whether it is in a function."""
-    for child in ast.iter_child_nodes(node):
-        yield child, inside
-        yield from _walk(child, inside or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
+def _step_sites(cell: CellFacts) -> List[tuple]:
+    """(node, whether it is in a function) of each with-block and ``minimize`` call in a cell, in
+    source order."""
+    if not cell.nodes(ast.With) and not any(_is_minimize(call) for call in cell.nodes(ast.Call)):
+        return []  # nothing to find: the cell is not walked
+    found = []
+    stack = [(child, False) for child in reversed(list(ast.iter_child_nodes(cell.tree)))]
+    while stack:
+        node, inside = stack.pop()
+        if isinstance(node, ast.With) or _is_minimize(node):
+            found.append((node, inside))
+        below = inside or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+        stack.extend((child, below) for child in reversed(list(ast.iter_child_nodes(node))))
+    return found
+
+
+def _is_minimize(node: ast.AST) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "minimize"
 
 
 def _names_read(context, nodes: list) -> Iterator[str]:

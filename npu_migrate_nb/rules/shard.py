@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import weakref
 from typing import Iterable, Iterator, List, Optional, Set, Tuple
 
 from .. import knowledge as K
@@ -2467,14 +2468,8 @@ def _helper_batches_trained_on(context, facts: CellFacts, loop: ast.For, trained
     results the loop trains on (``trained()``, the names, asked only when a helper call is there): bound
     by an assignment (to a tuple of names: ``unpacked``), or iterated by the loop itself or one in it."""
     found, names_trained = [], None
-    for node in ast.walk(loop):
-        if isinstance(node, ast.Assign) and len(node.targets) == 1:
-            target, call, iterated = node.targets[0], node.value, False
-        elif isinstance(node, ast.For):
-            target, call, iterated = node.target, node.iter, True
-        else:
-            continue
-        helper = context.facts.called_function(call) if isinstance(call, ast.Call) else None
+    for target, call, iterated in _calls_bound_in(loop):
+        helper = context.facts.called_function(call)
         if helper is None:
             continue
         # A generator iterated yields rows of arrays it is given (each rank can be given its own); a call
@@ -2485,6 +2480,28 @@ def _helper_batches_trained_on(context, facts: CellFacts, loop: ast.For, trained
         names_trained = trained() if names_trained is None else names_trained
         if {n.id for n in ast.walk(target) if isinstance(n, ast.Name)} & names_trained:
             found.append((call, iterated, isinstance(target, ast.Tuple)))
+    return found
+
+
+_bound_calls_cache: "weakref.WeakKeyDictionary[ast.For, List[Tuple[ast.expr, ast.Call, bool]]]" = weakref.WeakKeyDictionary()
+
+
+def _calls_bound_in(loop: ast.For) -> List[Tuple[ast.expr, ast.Call, bool]]:
+    """(target, call, iterated) for each ``target = call(...)`` and ``for target in call(...)`` in ``loop``
+    (itself included), in ``ast.walk``'s order; once per loop (a re-analysis asks again of every loop)."""
+    found = _bound_calls_cache.get(loop)
+    if found is None:
+        found = []
+        for node in ast.walk(loop):
+            if isinstance(node, ast.Assign) and len(node.targets) == 1:
+                target, call, iterated = node.targets[0], node.value, False
+            elif isinstance(node, ast.For):
+                target, call, iterated = node.target, node.iter, True
+            else:
+                continue
+            if isinstance(call, ast.Call):
+                found.append((target, call, iterated))
+        _bound_calls_cache[loop] = found
     return found
 
 

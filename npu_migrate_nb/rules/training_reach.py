@@ -105,13 +105,9 @@ def _trains(context, root: ast.AST, depth: int, seen: Optional[Set[str]] = None)
     """Does ``root`` (a loop, a function) take a training step, itself or through the notebook's
     functions it calls or passes on? Unknown calls named like training (``train``) count."""
     seen = set() if seen is None else seen
-    for node in ast.walk(root):
-        if not isinstance(node, ast.Call):
-            continue
-        if isinstance(node.func, ast.Attribute) and node.func.attr in TRAINING_CALLS:
+    for calls_a_trainer, names in _calls_under(root):
+        if calls_a_trainer:
             return True
-        names = [node.func.id] if isinstance(node.func, ast.Name) else []
-        names += [arg.id for arg in node.args if isinstance(arg, ast.Name)]
         for name in names:
             found = context.facts.function(name)
             if found is None:
@@ -124,6 +120,25 @@ def _trains(context, root: ast.AST, depth: int, seen: Optional[Set[str]] = None)
             if depth == 0 or _trains(context, found[2], depth - 1, seen):
                 return True
     return False
+
+
+_calls_cache: "weakref.WeakKeyDictionary[ast.AST, List[Tuple[bool, List[str]]]]" = weakref.WeakKeyDictionary()
+
+
+def _calls_under(root: ast.AST) -> List[Tuple[bool, List[str]]]:
+    """For each call under ``root`` (``ast.walk``'s order): whether it is a method named like training,
+    and the names it calls and is given. Once per node: the cells' trees are kept with their facts,
+    and a re-analysis asks again of every loop and function."""
+    found = _calls_cache.get(root)
+    if found is None:
+        found = []
+        for node in ast.walk(root):
+            if isinstance(node, ast.Call):
+                names = [node.func.id] if isinstance(node.func, ast.Name) else []
+                names += [arg.id for arg in node.args if isinstance(arg, ast.Name)]
+                found.append((isinstance(node.func, ast.Attribute) and node.func.attr in TRAINING_CALLS, names))
+        _calls_cache[root] = found
+    return found
 
 
 def _passes_on(function: ast.AST) -> bool:
