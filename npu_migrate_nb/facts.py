@@ -12,8 +12,9 @@ import re
 import warnings
 import weakref
 from dataclasses import dataclass, field
+import functools
 from functools import lru_cache
-from typing import Callable, Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Tuple, TypeVar
 
 from . import ipython_syntax
 from .i18n import N_, _
@@ -88,6 +89,7 @@ class ImportFact:
 _IDENTIFIER = re.compile(r"[^\W\d]\w*")
 # Lines as Python's tokenizer counts them (str.splitlines also breaks at form feeds and others),
 # each with its line break, so that segments keep the source's own line endings.
+T = TypeVar("T")
 _LINE_BREAKS = re.compile(r"(?<=\n)|(?<=\r)(?!\n)")
 
 
@@ -253,16 +255,25 @@ def _index_loads(node: ast.AST, parents: Tuple[ast.AST, ...], index: Dict[str, l
         stack.extend((child, below) for child in reversed(_children(current)))
 
 
-_own_loops_cache: "weakref.WeakKeyDictionary[ast.AST, List[ast.AST]]" = weakref.WeakKeyDictionary()
+def once_per_node(function: Callable[[ast.AST], T]) -> Callable[[ast.AST], T]:
+    """``function(node)``, computed once per AST node, for what a pass reads from a loop or a function
+    alone: the cells' trees are kept with their facts (cached by content), and a re-analysis after an
+    edit asks again of every node it has seen."""
+    cache: "weakref.WeakKeyDictionary[ast.AST, T]" = weakref.WeakKeyDictionary()
+
+    @functools.wraps(function)
+    def once(node: ast.AST) -> T:
+        found = cache.get(node)
+        if found is None:
+            found = cache[node] = function(node)
+        return found
+    return once
 
 
+@once_per_node
 def _own_loops(scope: ast.AST) -> List[ast.AST]:
-    """The ``for`` loops of a cell's tree or of a function, not of the functions in it; once per scope
-    (the trees are kept with their cell's facts, and a re-analysis asks again for every ``fit``)."""
-    found = _own_loops_cache.get(scope)
-    if found is None:
-        found = _own_loops_cache[scope] = [node for node in own_nodes(scope) if isinstance(node, (ast.For, ast.AsyncFor))]
-    return found
+    """The ``for`` loops of a cell's tree or of a function, not of the functions in it."""
+    return [node for node in own_nodes(scope) if isinstance(node, (ast.For, ast.AsyncFor))]
 
 
 @lru_cache(maxsize=8192)

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import ast
-import weakref
 from typing import Iterable, Iterator, List, Optional, Set, Tuple
 
 from .. import knowledge as K
-from ..facts import CallSite, CellFacts, chain_root_name, dotted_name, receiver_name
+from ..facts import CallSite, CellFacts, chain_root_name, dotted_name, once_per_node, receiver_name
 from ..findings import NEEDS_NPU_DEVICE, NEEDS_OS, Edit, Finding
 from ..i18n import N_, _, ngettext
 from ..learning_rules import EXAMPLE_RBM, EXAMPLE_RBM_PARTS, LEARNING_RULE, rule_updates
@@ -2483,25 +2482,20 @@ def _helper_batches_trained_on(context, facts: CellFacts, loop: ast.For, trained
     return found
 
 
-_bound_calls_cache: "weakref.WeakKeyDictionary[ast.For, List[Tuple[ast.expr, ast.Call, bool]]]" = weakref.WeakKeyDictionary()
-
-
+@once_per_node
 def _calls_bound_in(loop: ast.For) -> List[Tuple[ast.expr, ast.Call, bool]]:
     """(target, call, iterated) for each ``target = call(...)`` and ``for target in call(...)`` in ``loop``
-    (itself included), in ``ast.walk``'s order; once per loop (a re-analysis asks again of every loop)."""
-    found = _bound_calls_cache.get(loop)
-    if found is None:
-        found = []
-        for node in ast.walk(loop):
-            if isinstance(node, ast.Assign) and len(node.targets) == 1:
-                target, call, iterated = node.targets[0], node.value, False
-            elif isinstance(node, ast.For):
-                target, call, iterated = node.target, node.iter, True
-            else:
-                continue
-            if isinstance(call, ast.Call):
-                found.append((target, call, iterated))
-        _bound_calls_cache[loop] = found
+    (itself included), in ``ast.walk``'s order."""
+    found = []
+    for node in ast.walk(loop):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, call, iterated = node.targets[0], node.value, False
+        elif isinstance(node, ast.For):
+            target, call, iterated = node.target, node.iter, True
+        else:
+            continue
+        if isinstance(call, ast.Call):
+            found.append((target, call, iterated))
     return found
 
 

@@ -7,10 +7,9 @@ reach the training only when every use of it is understood and none of them trai
 from __future__ import annotations
 
 import ast
-import weakref
 from typing import Iterator, List, Optional, Set, Tuple
 
-from ..facts import CallSite, dotted_name
+from ..facts import CallSite, dotted_name, once_per_node
 from .base import TRAINING_CALLS, single_target
 
 _DEPTH = 4  # names and functions followed, as in broadcast's _top_level_call
@@ -122,22 +121,16 @@ def _trains(context, root: ast.AST, depth: int, seen: Optional[Set[str]] = None)
     return False
 
 
-_calls_cache: "weakref.WeakKeyDictionary[ast.AST, List[Tuple[bool, List[str]]]]" = weakref.WeakKeyDictionary()
-
-
+@once_per_node
 def _calls_under(root: ast.AST) -> List[Tuple[bool, List[str]]]:
     """For each call under ``root`` (``ast.walk``'s order): whether it is a method named like training,
-    and the names it calls and is given. Once per node: the cells' trees are kept with their facts,
-    and a re-analysis asks again of every loop and function."""
-    found = _calls_cache.get(root)
-    if found is None:
-        found = []
-        for node in ast.walk(root):
-            if isinstance(node, ast.Call):
-                names = [node.func.id] if isinstance(node.func, ast.Name) else []
-                names += [arg.id for arg in node.args if isinstance(arg, ast.Name)]
-                found.append((isinstance(node.func, ast.Attribute) and node.func.attr in TRAINING_CALLS, names))
-        _calls_cache[root] = found
+    and the names it calls and is given."""
+    found = []
+    for node in ast.walk(root):
+        if isinstance(node, ast.Call):
+            names = [node.func.id] if isinstance(node.func, ast.Name) else []
+            names += [arg.id for arg in node.args if isinstance(arg, ast.Name)]
+            found.append((isinstance(node.func, ast.Attribute) and node.func.attr in TRAINING_CALLS, names))
     return found
 
 
@@ -161,17 +154,11 @@ def _binds(function: ast.AST, name: str) -> bool:
     return name in _bound_in(function)
 
 
-_BOUND: "weakref.WeakKeyDictionary[ast.AST, frozenset]" = weakref.WeakKeyDictionary()
-
-
+@once_per_node
 def _bound_in(function: ast.AST) -> frozenset:
-    """The names a function binds: its parameters and what it assigns (once per function node)."""
-    bound = _BOUND.get(function)
-    if bound is None:
-        arguments = function.args
-        params = arguments.posonlyargs + arguments.args + arguments.kwonlyargs
-        params += [a for a in (arguments.vararg, arguments.kwarg) if a is not None]
-        bound = frozenset([param.arg for param in params] + [
-            node.id for node in ast.walk(function) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)])
-        _BOUND[function] = bound
-    return bound
+    """The names a function binds: its parameters and what it assigns."""
+    arguments = function.args
+    params = arguments.posonlyargs + arguments.args + arguments.kwonlyargs
+    params += [a for a in (arguments.vararg, arguments.kwarg) if a is not None]
+    return frozenset([param.arg for param in params] + [
+        node.id for node in ast.walk(function) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)])
