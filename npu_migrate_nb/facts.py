@@ -12,8 +12,7 @@ import re
 import warnings
 import weakref
 from dataclasses import dataclass, field
-import functools
-from functools import lru_cache
+from functools import lru_cache, wraps
 from typing import Callable, Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Tuple, TypeVar
 
 from . import ipython_syntax
@@ -86,10 +85,10 @@ class ImportFact:
     function: Optional[str]
 
 
+T = TypeVar("T")
 _IDENTIFIER = re.compile(r"[^\W\d]\w*")
 # Lines as Python's tokenizer counts them (str.splitlines also breaks at form feeds and others),
 # each with its line break, so that segments keep the source's own line endings.
-T = TypeVar("T")
 _LINE_BREAKS = re.compile(r"(?<=\n)|(?<=\r)(?!\n)")
 
 
@@ -114,16 +113,6 @@ class CellFacts:
     _classes: Dict[str, ast.ClassDef] = field(default_factory=dict, repr=False)
     _nodes: Optional[Dict[type, List[ast.AST]]] = field(default=None, repr=False)
     _loads: Optional[Dict[str, List[Tuple[ast.Name, Tuple[ast.AST, ...]]]]] = field(default=None, repr=False)
-    _derived: Dict[Callable, object] = field(default_factory=dict, repr=False)
-
-    def derived(self, of_the_cell: Callable[["CellFacts"], object]) -> object:
-        """``of_the_cell(self)``, computed once per cell content: for what a rule reads from this cell
-        alone, so that re-analysis after an edit walks the edited cell only. ``of_the_cell`` must read
-        nothing but this cell (not the notebook's other cells, nor the options)."""
-        if of_the_cell not in self._derived:
-            self._derived[of_the_cell] = of_the_cell(self)
-        return self._derived[of_the_cell]
-
     def nodes(self, *types: type) -> List[ast.AST]:
         """Every node of these types in the cell (one walk per cell: a rule that asks per call site would
         walk a 5,000-line script once per site); of one type in source order, an enclosing node before
@@ -255,22 +244,23 @@ def _index_loads(node: ast.AST, parents: Tuple[ast.AST, ...], index: Dict[str, l
         stack.extend((child, below) for child in reversed(_children(current)))
 
 
-def once_per_node(function: Callable[[ast.AST], T]) -> Callable[[ast.AST], T]:
-    """``function(node)``, computed once per AST node, for what a pass reads from a loop or a function
-    alone: the cells' trees are kept with their facts (cached by content), and a re-analysis after an
-    edit asks again of every node it has seen."""
-    cache: "weakref.WeakKeyDictionary[ast.AST, T]" = weakref.WeakKeyDictionary()
+def once_per_object(function: Callable[[object], T]) -> Callable[[object], T]:
+    """``function(x)``, computed once per ``x``: a cell's facts or a node of its tree, for what a pass
+    reads from that cell, loop or function alone. Both are kept as long as the cell's facts (cached by
+    content), so a re-analysis after an edit computes it for the edited cell only. ``function`` must
+    read nothing else (not the notebook's other cells, nor the options)."""
+    cache: "weakref.WeakKeyDictionary[object, T]" = weakref.WeakKeyDictionary()
 
-    @functools.wraps(function)
-    def once(node: ast.AST) -> T:
-        found = cache.get(node)
+    @wraps(function)
+    def once(key: object) -> T:
+        found = cache.get(key)
         if found is None:
-            found = cache[node] = function(node)
+            found = cache[key] = function(key)
         return found
     return once
 
 
-@once_per_node
+@once_per_object
 def _own_loops(scope: ast.AST) -> List[ast.AST]:
     """The ``for`` loops of a cell's tree or of a function, not of the functions in it."""
     return [node for node in own_nodes(scope) if isinstance(node, (ast.For, ast.AsyncFor))]

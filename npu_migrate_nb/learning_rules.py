@@ -15,7 +15,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Set, Tuple
 
-from .facts import CellFacts, NotebookFacts, dotted_name
+from .facts import CellFacts, NotebookFacts, dotted_name, once_per_object
 
 LEARNING_RULE = "learning-rule"
 # Calls that make the same values on every rank (a parameter's start).
@@ -73,7 +73,7 @@ def starts_from_constants(facts: NotebookFacts, updates: List[RuleUpdate]) -> Op
 def _find(facts: NotebookFacts) -> List[RuleUpdate]:
     found = []
     for index, cell_facts in facts.notebook_cells:
-        for loop, windows in cell_facts.derived(_windowed_loops):
+        for loop, windows in _windowed_loops(cell_facts):
             sources = _sources_in(loop)
             for stmt in ast.walk(loop):
                 update = _update(stmt)
@@ -92,6 +92,7 @@ def _find(facts: NotebookFacts) -> List[RuleUpdate]:
     return found
 
 
+@once_per_object
 def _windowed_loops(cell: CellFacts) -> List[Tuple[ast.For, Dict[str, ast.Subscript]]]:
     """(loop, its windows) of each loop in a cell that takes windows of rows and calls no trainer."""
     if not any(_window(node) is not None for node in cell.nodes(ast.Assign)):

@@ -10,7 +10,7 @@ import ast
 from dataclasses import dataclass
 from typing import Dict, Iterator, List, Optional, Set
 
-from ..facts import CellFacts, dotted_name
+from ..facts import CellFacts, dotted_name, once_per_object
 from ..names import function_locals
 from .base import int_literal
 
@@ -104,7 +104,7 @@ def _read_by_the_steps(context) -> Iterator[tuple]:
     for cell, facts in context.facts.cells:
         if facts.tree is None:
             continue
-        for node, inside in facts.derived(_step_sites):
+        for node, inside in _step_sites(facts):
             at = None if inside else (cell, getattr(node, "lineno", 0))
             if isinstance(node, ast.With) and any(
                     _canonical(context, item.context_expr) == "tensorflow.GradientTape" for item in node.items):
@@ -116,6 +116,7 @@ def _read_by_the_steps(context) -> Iterator[tuple]:
                     yield from ((name, at) for name in _names_read(context, [loss]))
 
 
+@once_per_object
 def _step_sites(cell: CellFacts) -> List[tuple]:
     """(node, whether it is in a function) of each with-block and ``minimize`` call in a cell, in
     source order."""

@@ -6,7 +6,7 @@ import ast
 from typing import Iterable, Iterator, List, Optional, Set, Tuple
 
 from .. import knowledge as K
-from ..facts import CallSite, CellFacts, chain_root_name, dotted_name, once_per_node, receiver_name
+from ..facts import CallSite, CellFacts, chain_root_name, dotted_name, once_per_object, receiver_name
 from ..findings import NEEDS_NPU_DEVICE, NEEDS_OS, Edit, Finding
 from ..i18n import N_, _, ngettext
 from ..learning_rules import EXAMPLE_RBM, EXAMPLE_RBM_PARTS, LEARNING_RULE, rule_updates
@@ -2482,7 +2482,7 @@ def _helper_batches_trained_on(context, facts: CellFacts, loop: ast.For, trained
     return found
 
 
-@once_per_node
+@once_per_object
 def _calls_bound_in(loop: ast.For) -> List[Tuple[ast.expr, ast.Call, bool]]:
     """(target, call, iterated) for each ``target = call(...)`` and ``for target in call(...)`` in ``loop``
     (itself included), in ``ast.walk``'s order."""

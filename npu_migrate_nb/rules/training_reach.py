@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 from typing import Iterator, List, Optional, Set, Tuple
 
-from ..facts import CallSite, dotted_name, once_per_node
+from ..facts import CallSite, dotted_name, once_per_object
 from .base import TRAINING_CALLS, single_target
 
 _DEPTH = 4  # names and functions followed, as in broadcast's _top_level_call
@@ -121,7 +121,7 @@ def _trains(context, root: ast.AST, depth: int, seen: Optional[Set[str]] = None)
     return False
 
 
-@once_per_node
+@once_per_object
 def _calls_under(root: ast.AST) -> List[Tuple[bool, List[str]]]:
     """For each call under ``root`` (``ast.walk``'s order): whether it is a method named like training,
     and the names it calls and is given."""
@@ -154,7 +154,7 @@ def _binds(function: ast.AST, name: str) -> bool:
     return name in _bound_in(function)
 
 
-@once_per_node
+@once_per_object
 def _bound_in(function: ast.AST) -> frozenset:
     """The names a function binds: its parameters and what it assigns."""
     arguments = function.args
